@@ -1,0 +1,240 @@
+//! `approve`: the human's act. Resolve the request to its identity, show in
+//! plain words exactly what is being approved, sign the lease and add it to
+//! the manifest. Never prompts: the decision was made by running the command.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use crate::goal;
+use crate::identity::{self, CLEAN_PATH};
+use crate::isolation::boundary_text;
+use crate::lease;
+use crate::limits::{format_ms, format_size, tier};
+use crate::model::{EnvPolicy, IsolationRequest, LeaseBody, Limits, Profile, Request, UserSpec, LEASE_SCHEMA};
+use crate::run::{new_id, read_request};
+use crate::{env, sign};
+
+pub struct LimitOverrides {
+    pub wall_time: Option<Duration>,
+    pub kill_grace: Option<Duration>,
+    pub cpu_time: Option<Duration>,
+    pub memory: Option<u64>,
+    pub max_processes: Option<u64>,
+    pub max_open_files: Option<u64>,
+    pub max_file_size: Option<u64>,
+    pub keep_output: Option<u64>,
+    pub output_cap: Option<u64>,
+}
+
+pub struct ApproveArgs {
+    pub goal: PathBuf,
+    pub workspace: PathBuf,
+    pub manifest: PathBuf,
+    pub key: PathBuf,
+    pub ttl: Duration,
+    pub uses: u64,
+    pub approver: Option<String>,
+    pub profile: Option<Profile>,
+    pub cwd: Option<String>,
+    pub limits: LimitOverrides,
+    pub env: Vec<String>,
+    pub as_user: Option<String>,
+    pub fs_write: Vec<PathBuf>,
+    pub fs_write_scope: bool,
+    pub no_network: bool,
+    pub pid_namespace: bool,
+    pub max_executable_size: u64,
+    pub request: Option<String>,
+    pub command: Vec<String>,
+}
+
+fn apply_overrides(mut l: Limits, o: &LimitOverrides) -> Result<Limits, String> {
+    let ms = |d: Duration| d.as_millis() as u64;
+    if let Some(d) = o.wall_time {
+        l.wall_time_ms = ms(d);
+    }
+    if let Some(d) = o.kill_grace {
+        l.kill_grace_ms = ms(d);
+    }
+    if let Some(d) = o.cpu_time {
+        l.cpu_time_s = d.as_secs().max(1);
+    }
+    let set = |dst: &mut u64, v: Option<u64>| {
+        if let Some(v) = v {
+            *dst = v;
+        }
+    };
+    set(&mut l.memory_bytes, o.memory);
+    set(&mut l.max_processes, o.max_processes);
+    set(&mut l.max_open_files, o.max_open_files);
+    set(&mut l.max_file_size_bytes, o.max_file_size);
+    set(&mut l.keep_output_bytes, o.keep_output);
+    set(&mut l.output_cap_bytes, o.output_cap);
+    for (name, v) in [
+        ("--wall-time", l.wall_time_ms),
+        ("--memory", l.memory_bytes),
+        ("--max-processes", l.max_processes),
+        ("--max-open-files", l.max_open_files),
+    ] {
+        if v == 0 {
+            return Err(format!("{name} must be greater than zero"));
+        }
+    }
+    Ok(l)
+}
+
+fn parse_user(s: &str) -> Result<UserSpec, String> {
+    let (u, g) = match s.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (s, None),
+    };
+    let uid: u32 = u
+        .parse()
+        .map_err(|_| format!("--as-user {s:?}: expected UID[:GID] as numbers"))?;
+    let gid: u32 = match g {
+        Some(g) => g
+            .parse()
+            .map_err(|_| format!("--as-user {s:?}: expected UID[:GID] as numbers"))?,
+        None => uid,
+    };
+    Ok(UserSpec { uid, gid })
+}
+
+/// Resolve, sign and store the lease. Returns the lease id.
+pub fn approve(a: ApproveArgs) -> Result<String, String> {
+    let goal = goal::load(&a.goal)?;
+    let key = sign::load_signing_key(&a.key).map_err(|e| e.to_string())?;
+    let request = match (&a.request, a.command.is_empty()) {
+        (Some(_), false) => return Err("give either --request FILE or -- EXECUTABLE [ARG...], not both".into()),
+        (None, true) => return Err("nothing to approve: give --request FILE or -- EXECUTABLE [ARG...]".into()),
+        (Some(src), true) => {
+            let r = read_request(src)?;
+            if a.profile.is_some_and(|p| p != r.profile) || a.cwd.as_ref().is_some_and(|c| c != &r.cwd) {
+                return Err("--profile/--cwd disagree with the request file; the request file decides".into());
+            }
+            r
+        }
+        (None, false) => {
+            let mut words = a.command.clone();
+            let executable = words.remove(0);
+            Request {
+                executable,
+                argv: words,
+                cwd: a.cwd.clone().unwrap_or_else(|| ".".into()),
+                profile: a.profile.unwrap_or(Profile::Standard),
+            }
+        }
+    };
+    if request.argv.iter().any(|s| s.contains('\0')) {
+        return Err("argv contains a NUL byte, which execve cannot pass".into());
+    }
+    let ws_canon = std::fs::canonicalize(&a.workspace)
+        .map_err(|e| format!("workspace {}: {e}", a.workspace.display()))?;
+    let workspace = identity::open_dir(&ws_canon).map_err(|e| format!("workspace: {e}"))?;
+    let cwd_path = identity::resolve_cwd(&ws_canon, &request.cwd).map_err(|e| e.to_string())?;
+    let cwd = identity::open_dir(&cwd_path).map_err(|e| format!("cwd: {e}"))?;
+
+    let mut fixed = std::collections::BTreeMap::new();
+    for s in &a.env {
+        let (k, v) = env::parse_assignment(s)?;
+        fixed.insert(k, v);
+    }
+    let path = fixed.remove("PATH").unwrap_or_else(|| CLEAN_PATH.to_string());
+    let env_policy = EnvPolicy { path, fixed };
+    let exe = identity::open_executable(&request.executable, &env_policy.path, &cwd_path, a.max_executable_size)
+        .map_err(|e| e.to_string())?;
+
+    let limits = apply_overrides(tier(request.profile), &a.limits)?;
+    let mut fs_write = None;
+    if !a.fs_write.is_empty() || a.fs_write_scope {
+        let mut paths = Vec::new();
+        for p in &a.fs_write {
+            let c = std::fs::canonicalize(p).map_err(|e| format!("--fs-write {}: {e}", p.display()))?;
+            paths.push(c.display().to_string());
+        }
+        fs_write = Some(paths);
+    }
+    let isolation = IsolationRequest {
+        as_user: a.as_user.as_deref().map(parse_user).transpose()?,
+        fs_write,
+        no_network: a.no_network,
+        pid_namespace: a.pid_namespace,
+    };
+    if a.uses == 0 {
+        return Err("--uses must be at least 1".into());
+    }
+    let now = SystemTime::now();
+    let approver = a
+        .approver
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()));
+    let body = LeaseBody {
+        schema: LEASE_SCHEMA.into(),
+        lease_id: new_id("lease"),
+        goal: goal.reference(),
+        workspace: workspace.identity,
+        request,
+        executable: exe.identity,
+        cwd: cwd.identity,
+        limits,
+        env: env_policy,
+        isolation,
+        approver,
+        issued_at: humantime::format_rfc3339_seconds(now).to_string(),
+        expires_at: humantime::format_rfc3339_seconds(now + a.ttl).to_string(),
+        max_uses: a.uses,
+    };
+    eprint!("{}", summary(&body, a.ttl));
+    let sealed = lease::seal(body, &key);
+    let id = sealed.body.lease_id.clone();
+    lease::update_manifest(&a.manifest, true, |m| {
+        m.leases.push(sealed);
+        Ok(())
+    })?;
+    eprintln!("approved: lease {id} added to {}", a.manifest.display());
+    Ok(id)
+}
+
+/// The plain-language approval summary.
+pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let e = &b.executable;
+    let mut out = String::new();
+    let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<13} {v}\n"));
+    line("lease", b.lease_id.clone());
+    line("goal", format!("{} revision {} (sha256 {})", q(&b.goal.id), b.goal.revision, b.goal.sha256));
+    line("executable", format!("{} resolves to {}", q(&e.requested), e.canonical_path));
+    for hop in &e.symlink_chain {
+        line("  via symlink", format!("{} -> {}", hop.path, hop.target));
+    }
+    line("sha256", format!("{} ({} bytes, inode {})", e.sha256, e.size, e.inode));
+    if let Some(i) = &e.interpreter {
+        line("interpreter", format!("#!{i} (a script: the interpreter is not pinned by hash)"));
+    }
+    let argv: Vec<String> = std::iter::once(&b.request.executable)
+        .chain(&b.request.argv)
+        .map(|a| q(a))
+        .collect();
+    line("argv", format!("[{}] (literal: no shell)", argv.join(", ")));
+    line("cwd", format!("{} (workspace {})", b.cwd.path, b.workspace.path));
+    for (what, d) in [("workspace", &b.workspace), ("cwd", &b.cwd)] {
+        if d.creation.is_none() {
+            line("warning", format!("the filesystem of the {what} offers no creation stamp: re-creation at the same inode cannot be detected there"));
+        }
+    }
+    line("profile", b.request.profile.to_string());
+    let l = &b.limits;
+    line("limits", format!(
+        "wall time {}, kill grace {}, cpu time {}s, memory (address space) {}, processes {}, open files {}, file size {}, kept output {} per stream (head and tail), output cap {}",
+        format_ms(l.wall_time_ms), format_ms(l.kill_grace_ms), l.cpu_time_s, format_size(l.memory_bytes),
+        l.max_processes, l.max_open_files, format_size(l.max_file_size_bytes), format_size(l.keep_output_bytes), format_size(l.output_cap_bytes)
+    ));
+    line("environment", env::describe(&b.env));
+    line("stdin", "/dev/null; no terminal; new session; no inherited fds".into());
+    line("valid", format!("from {} until {} ({}), {} use(s)", b.issued_at, b.expires_at, humantime::format_duration(ttl), b.max_uses));
+    line("approver", b.approver.clone());
+    let uid = b.isolation.as_user.map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
+    line("boundary", boundary_text(&b.isolation, uid));
+    format!("governed-exec: approval summary\n{out}")
+}

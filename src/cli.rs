@@ -1,0 +1,200 @@
+//! The command line (CONTRACT §2), clap derive. Parsing only.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::journal::Classification;
+use crate::limits::{parse_duration, parse_size};
+use crate::model::Profile;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "governed-exec",
+    version,
+    about = "Run one pre-approved command headless, bounded, and prove what happened"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write PREFIX.key (0600, PKCS#8 PEM) and PREFIX.pub, ed25519.
+    Keygen {
+        #[arg(long, value_name = "PREFIX")]
+        out: PathBuf,
+    },
+    /// A human approves exactly one request identity: sign a lease into the manifest.
+    Approve(Box<ApproveCmd>),
+    /// Run one request under a matching lease; print the signed receipt.
+    Run(Box<RunCmd>),
+    /// Check a receipt against a Goal's mandatory criteria.
+    Verify {
+        #[arg(long)]
+        goal: PathBuf,
+        #[arg(long)]
+        receipt: PathBuf,
+        #[arg(long, value_name = "RUNNER.pub")]
+        trust: PathBuf,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect the journal of attempts.
+    Journal {
+        #[arg(long, global = true)]
+        state_dir: Option<PathBuf>,
+        #[command(subcommand)]
+        action: JournalAction,
+    },
+    /// Inspect a receipt.
+    Receipt {
+        #[command(subcommand)]
+        action: ReceiptAction,
+    },
+    /// A person classifies an attempt whose outcome is unknown.
+    Resolve {
+        #[arg(long)]
+        attempt: String,
+        #[arg(long = "as", value_enum)]
+        as_: Classification,
+        #[arg(long)]
+        by: String,
+        #[arg(long)]
+        note: Option<String>,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Revoke a lease: later runs of it are refused.
+    Revoke {
+        #[arg(long)]
+        manifest: PathBuf,
+        #[arg(long)]
+        lease: String,
+        #[arg(long)]
+        by: String,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JournalAction {
+    /// Every attempt with its state.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every record of one attempt.
+    Show {
+        attempt: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-walk every hash chain; exit 1 on any break.
+    Verify,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReceiptAction {
+    /// Print the decoded in-toto statement.
+    Show { receipt: PathBuf },
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveCmd {
+    #[arg(long)]
+    pub goal: PathBuf,
+    #[arg(long)]
+    pub workspace: PathBuf,
+    #[arg(long)]
+    pub manifest: PathBuf,
+    #[arg(long, value_name = "APPROVER.key")]
+    pub key: PathBuf,
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub ttl: Duration,
+    #[arg(long, default_value_t = 1)]
+    pub uses: u64,
+    #[arg(long)]
+    pub approver: Option<String>,
+    #[arg(long, value_enum)]
+    pub profile: Option<Profile>,
+    #[arg(long, value_name = "REL")]
+    pub cwd: Option<String>,
+    #[arg(long, value_parser = parse_duration)]
+    pub wall_time: Option<Duration>,
+    #[arg(long, value_parser = parse_duration)]
+    pub kill_grace: Option<Duration>,
+    #[arg(long, value_parser = parse_duration)]
+    pub cpu_time: Option<Duration>,
+    #[arg(long, value_parser = parse_size)]
+    pub memory: Option<u64>,
+    #[arg(long)]
+    pub max_processes: Option<u64>,
+    #[arg(long)]
+    pub max_open_files: Option<u64>,
+    #[arg(long, value_parser = parse_size)]
+    pub max_file_size: Option<u64>,
+    /// Kept bytes per stream (head and tail each).
+    #[arg(long, value_parser = parse_size)]
+    pub keep_output: Option<u64>,
+    /// Hard cap on total output; passing it kills the run.
+    #[arg(long, value_parser = parse_size)]
+    pub output_cap: Option<u64>,
+    /// A fixed child environment value (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    #[arg(long, value_name = "UID[:GID]")]
+    pub as_user: Option<String>,
+    /// Turn the Landlock write scope on; also writable (repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub fs_write: Vec<PathBuf>,
+    /// Turn the Landlock write scope on with only the workspace, HOME and TMPDIR writable.
+    #[arg(long)]
+    pub fs_write_scope: bool,
+    #[arg(long)]
+    pub no_network: bool,
+    #[arg(long)]
+    pub pid_namespace: bool,
+    /// Refuse executables larger than this (they are hashed whole).
+    #[arg(long, default_value = "512MiB", value_parser = parse_size)]
+    pub max_executable_size: u64,
+    #[arg(long, value_name = "REQUEST.json")]
+    pub request: Option<String>,
+    #[arg(last = true, value_name = "EXECUTABLE [ARG...]")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunCmd {
+    #[arg(long)]
+    pub goal: PathBuf,
+    #[arg(long)]
+    pub manifest: PathBuf,
+    #[arg(long, value_name = "APPROVER.pub")]
+    pub trust: PathBuf,
+    #[arg(long, value_name = "RUNNER.key")]
+    pub key: Option<PathBuf>,
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    #[arg(long)]
+    pub receipt: Option<PathBuf>,
+    /// Mirror the child's stdout and stderr live to stderr.
+    #[arg(long)]
+    pub stream: bool,
+    #[arg(long, value_name = "REQUEST.json|-")]
+    pub request: Option<String>,
+    #[arg(long, value_name = "ID")]
+    pub lease: Option<String>,
+    #[arg(long, value_name = "REL")]
+    pub cwd: Option<String>,
+    #[arg(long, value_enum)]
+    pub profile: Option<Profile>,
+    #[arg(last = true, value_name = "EXECUTABLE [ARG...]")]
+    pub command: Vec<OsString>,
+}

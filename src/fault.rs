@@ -1,0 +1,15 @@
+//! Crash-injection points for the journal tests. Compiled to nothing unless
+//! the `fault-injection` cargo feature is on, which release builds never use.
+
+/// With the feature on, abort the process (as a crash would) when
+/// `GOVERNED_EXEC_FAULT` names this point.
+#[cfg(feature = "fault-injection")]
+pub fn point(name: &str) {
+    if std::env::var("GOVERNED_EXEC_FAULT").as_deref() == Ok(name) {
+        std::process::abort();
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn point(_name: &str) {}

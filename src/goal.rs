@@ -1,0 +1,89 @@
+//! Reading a Goal file: closed shape, known schema and kinds, and the digest
+//! of the exact bytes that leases and receipts bind.
+
+use std::path::{Component, Path};
+
+use crate::model::{parse_json, Criterion, Goal, GoalRef, GOAL_SCHEMA};
+use crate::sign::sha256_hex;
+
+pub struct LoadedGoal {
+    pub goal: Goal,
+    pub sha256: String,
+}
+
+impl LoadedGoal {
+    pub fn reference(&self) -> GoalRef {
+        GoalRef {
+            id: self.goal.id.clone(),
+            revision: self.goal.revision,
+            sha256: self.sha256.clone(),
+        }
+    }
+
+    /// Workspace-relative paths of every `file` criterion, in order, once.
+    pub fn product_paths(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in &self.goal.criteria {
+            if let Criterion::File { path, .. } = c {
+                if !out.contains(path) {
+                    out.push(path.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+pub fn load(path: &Path) -> Result<LoadedGoal, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("goal {}: {e}", path.display()))?;
+    let what = format!("goal {}", path.display());
+    let goal: Goal = parse_json(&what, &bytes)?;
+    if goal.schema != GOAL_SCHEMA {
+        return Err(format!(
+            "{what}: field `schema` is {:?}, expected {GOAL_SCHEMA:?}",
+            goal.schema
+        ));
+    }
+    if goal.id.is_empty() {
+        return Err(format!("{what}: field `id` is empty"));
+    }
+    for c in &goal.criteria {
+        if let Criterion::File {
+            path: p,
+            exists,
+            contains,
+            sha256,
+        } = c
+        {
+            let rel = Path::new(p);
+            let bad = p.is_empty()
+                || rel
+                    .components()
+                    .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+            if bad {
+                return Err(format!(
+                    "{what}: file criterion path {p:?} must be relative to the workspace, without `..`"
+                ));
+            }
+            if exists == &Some(false) && (contains.is_some() || sha256.is_some()) {
+                return Err(format!(
+                    "{what}: file criterion {p:?} says `exists: false` and also constrains content"
+                ));
+            }
+            if exists.is_none() && contains.is_none() && sha256.is_none() {
+                return Err(format!(
+                    "{what}: file criterion {p:?} needs `exists`, `contains` or `sha256`"
+                ));
+            }
+            if let Some(h) = sha256 {
+                if h.len() != 64 || !h.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(format!("{what}: file criterion {p:?}: `sha256` is not 64 hex digits"));
+                }
+            }
+        }
+    }
+    Ok(LoadedGoal {
+        goal,
+        sha256: sha256_hex(&bytes),
+    })
+}

@@ -1,0 +1,347 @@
+//! Command identity: what exactly would run, and where.
+//!
+//! An executable is named by the request as a string; its identity is the
+//! canonical path, the symlink chain that led there, its inode metadata and
+//! the SHA-256 of its whole content, all read from one open fd. A directory's
+//! identity is device, inode and a creation stamp (birth time, else inode
+//! generation) so that a directory removed and re-created at the same inode
+//! number is still told apart. `run` recomputes both on the fds it will then
+//! use (`execveat`, `fchdir`), so no path swap fits between check and use.
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::model::{CreationStamp, DirIdentity, ExecutableIdentity, SymlinkHop};
+use crate::sys;
+
+/// The child's PATH unless the approver sets another with `--env PATH=…`.
+/// Never derived from the caller's PATH.
+pub const CLEAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Executables larger than this are refused rather than partially hashed.
+pub const DEFAULT_MAX_EXECUTABLE_BYTES: u64 = 512 * 1024 * 1024;
+
+const MAX_SYMLINK_HOPS: usize = 40;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("executable {0:?} not found in the child's PATH ({1})")]
+    NotInPath(String, String),
+    #[error("executable {path}: {source}")]
+    Executable {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("executable {0} is not a regular file")]
+    NotRegular(String),
+    #[error("executable {0} has no execute permission")]
+    NotExecutable(String),
+    #[error("executable {path} is {size} bytes, over the {limit}-byte bound for hashing")]
+    TooLarge { path: String, size: u64, limit: u64 },
+    #[error("executable {0} changed while it was being hashed")]
+    ChangedWhileHashing(String),
+    #[error("too many symlinks resolving {0}")]
+    SymlinkLoop(String),
+    #[error("cwd {0:?} must be a relative path inside the workspace without `..`")]
+    CwdShape(String),
+    #[error("cwd {0:?} resolves to {1}, outside the workspace {2}")]
+    CwdEscapes(String, String, String),
+    #[error("directory {path}: {source}")]
+    Dir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// An executable opened read-only, with the identity computed from that fd.
+pub struct OpenedExecutable {
+    pub file: File,
+    pub identity: ExecutableIdentity,
+}
+
+/// An opened directory and its identity.
+pub struct OpenedDir {
+    pub file: File,
+    pub identity: DirIdentity,
+}
+
+/// Find `requested` the way the child would: a name without `/` in
+/// `path_env`, a relative path against `cwd`, an absolute path as is.
+pub fn locate(requested: &str, path_env: &str, cwd: &Path) -> Result<PathBuf, IdentityError> {
+    if requested.is_empty() || requested.contains('\0') {
+        return Err(IdentityError::NotInPath(
+            requested.to_string(),
+            path_env.to_string(),
+        ));
+    }
+    if requested.contains('/') {
+        let p = Path::new(requested);
+        return Ok(if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            cwd.join(p)
+        });
+    }
+    for dir in path_env.split(':') {
+        // Relative PATH entries would depend on the cwd: never searched.
+        if !dir.starts_with('/') {
+            continue;
+        }
+        let candidate = Path::new(dir).join(requested);
+        if let Ok(meta) = fs::metadata(&candidate) {
+            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(IdentityError::NotInPath(
+        requested.to_string(),
+        path_env.to_string(),
+    ))
+}
+
+/// Follow the final component's symlinks hop by hop, recording each, and
+/// return the chain with the canonical path it ends at.
+pub fn symlink_chain(start: &Path) -> Result<(Vec<SymlinkHop>, PathBuf), IdentityError> {
+    let io_err = |source| IdentityError::Executable {
+        path: start.display().to_string(),
+        source,
+    };
+    let mut hops = Vec::new();
+    let mut cur = start.to_path_buf();
+    loop {
+        let meta = fs::symlink_metadata(&cur).map_err(io_err)?;
+        if !meta.file_type().is_symlink() {
+            break;
+        }
+        if hops.len() >= MAX_SYMLINK_HOPS {
+            return Err(IdentityError::SymlinkLoop(start.display().to_string()));
+        }
+        let target = fs::read_link(&cur).map_err(io_err)?;
+        let next = if target.is_absolute() {
+            target.clone()
+        } else {
+            cur.parent().unwrap_or(Path::new("/")).join(&target)
+        };
+        hops.push(SymlinkHop {
+            path: cur.display().to_string(),
+            target: target.display().to_string(),
+        });
+        cur = next;
+    }
+    let canonical = fs::canonicalize(&cur).map_err(io_err)?;
+    Ok((hops, canonical))
+}
+
+/// Resolve, open and hash the executable. Used by `approve` to bind the
+/// identity and by `run` to re-check it on the fd it will exec.
+pub fn open_executable(
+    requested: &str,
+    path_env: &str,
+    cwd: &Path,
+    max_bytes: u64,
+) -> Result<OpenedExecutable, IdentityError> {
+    let located = locate(requested, path_env, cwd)?;
+    let (symlink_chain, canonical) = symlink_chain(&located)?;
+    let shown = canonical.display().to_string();
+    let io_err = |source| IdentityError::Executable {
+        path: shown.clone(),
+        source,
+    };
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&canonical)
+        .map_err(io_err)?;
+    let before = file.metadata().map_err(io_err)?;
+    if !before.is_file() {
+        return Err(IdentityError::NotRegular(shown));
+    }
+    if before.mode() & 0o111 == 0 {
+        return Err(IdentityError::NotExecutable(shown));
+    }
+    if before.size() > max_bytes {
+        return Err(IdentityError::TooLarge {
+            path: shown,
+            size: before.size(),
+            limit: max_bytes,
+        });
+    }
+    let (sha256, interpreter) = hash_file(&file).map_err(io_err)?;
+    let after = file.metadata().map_err(io_err)?;
+    let stamp = |m: &fs::Metadata| (m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
+    if stamp(&before) != stamp(&after) {
+        return Err(IdentityError::ChangedWhileHashing(shown));
+    }
+    let identity = ExecutableIdentity {
+        requested: requested.to_string(),
+        canonical_path: shown,
+        symlink_chain,
+        device: after.dev(),
+        inode: after.ino(),
+        size: after.size(),
+        mode: after.mode(),
+        mtime_ns: after.mtime() * 1_000_000_000 + after.mtime_nsec(),
+        ctime_ns: after.ctime() * 1_000_000_000 + after.ctime_nsec(),
+        sha256,
+        interpreter,
+    };
+    Ok(OpenedExecutable { file, identity })
+}
+
+/// SHA-256 of the whole file read through `file` from offset 0 (positioned
+/// reads: the fd's offset is left alone), and the `#!` interpreter if any.
+pub fn hash_file(file: &File) -> std::io::Result<(String, Option<String>)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut offset = 0u64;
+    let mut first: Vec<u8> = Vec::new();
+    loop {
+        let n = match file.read_at(&mut buf, offset) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if offset == 0 {
+            first.extend_from_slice(&buf[..n.min(256)]);
+        }
+        hasher.update(&buf[..n]);
+        offset += n as u64;
+    }
+    let interpreter = first.strip_prefix(b"#!").map(|rest| {
+        let line = rest.split(|b| *b == b'\n').next().unwrap_or_default();
+        String::from_utf8_lossy(line).trim().to_string()
+    });
+    Ok((hex::encode(hasher.finalize()), interpreter))
+}
+
+/// SHA-256 and size of a whole file by path (products, goal files).
+pub fn hash_path(path: &Path) -> std::io::Result<(u64, String)> {
+    let mut f = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((total, hex::encode(hasher.finalize())))
+}
+
+/// Open a directory (no symlink in the last component) and read its identity
+/// from the fd.
+pub fn open_dir(path: &Path) -> Result<OpenedDir, IdentityError> {
+    let io_err = |source| IdentityError::Dir {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io_err)?;
+    let meta = file.metadata().map_err(io_err)?;
+    let fd = file.as_raw_fd();
+    let creation = sys::birth_time_ns(fd)
+        .map(|value| CreationStamp {
+            source: "statx_btime".into(),
+            value,
+        })
+        .or_else(|| {
+            sys::inode_generation(fd).map(|value| CreationStamp {
+                source: "inode_generation".into(),
+                value,
+            })
+        });
+    let identity = DirIdentity {
+        path: path.display().to_string(),
+        device: meta.dev(),
+        inode: meta.ino(),
+        creation,
+    };
+    Ok(OpenedDir { file, identity })
+}
+
+/// The canonical cwd for `rel` inside `workspace` (already canonical):
+/// relative, no `..`, and no symlink leading out.
+pub fn resolve_cwd(workspace: &Path, rel: &str) -> Result<PathBuf, IdentityError> {
+    let p = Path::new(rel);
+    let bad_component = p
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+    if rel.is_empty() || rel.contains('\0') || bad_component {
+        return Err(IdentityError::CwdShape(rel.to_string()));
+    }
+    let joined = workspace.join(p);
+    let canonical = fs::canonicalize(&joined).map_err(|source| IdentityError::Dir {
+        path: joined.display().to_string(),
+        source,
+    })?;
+    if !canonical.starts_with(workspace) {
+        return Err(IdentityError::CwdEscapes(
+            rel.to_string(),
+            canonical.display().to_string(),
+            workspace.display().to_string(),
+        ));
+    }
+    Ok(canonical)
+}
+
+/// Name the first field in which two executable identities differ.
+pub fn executable_difference(want: &ExecutableIdentity, got: &ExecutableIdentity) -> Option<String> {
+    let fields: [(&str, bool); 9] = [
+        ("canonical path", want.canonical_path == got.canonical_path),
+        ("symlink chain", want.symlink_chain == got.symlink_chain),
+        ("sha256", want.sha256 == got.sha256),
+        ("device", want.device == got.device),
+        ("inode", want.inode == got.inode),
+        ("size", want.size == got.size),
+        ("mode", want.mode == got.mode),
+        ("mtime", want.mtime_ns == got.mtime_ns),
+        ("ctime", want.ctime_ns == got.ctime_ns),
+    ];
+    fields
+        .iter()
+        .find(|(_, same)| !same)
+        .map(|(name, _)| format!("executable {} changed since approval: {name} differs", want.canonical_path))
+}
+
+/// Name the first field in which two directory identities differ.
+pub fn dir_difference(what: &str, want: &DirIdentity, got: &DirIdentity) -> Option<String> {
+    let fields: [(&str, bool); 3] = [
+        ("device", want.device == got.device),
+        ("inode", want.inode == got.inode),
+        ("creation stamp (re-created)", want.creation == got.creation),
+    ];
+    fields
+        .iter()
+        .find(|(_, same)| !same)
+        .map(|(name, _)| format!("{what} {} changed since approval: {name} differs", want.path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cwd_rejects_parent_and_absolute() {
+        let ws = Path::new("/");
+        assert!(resolve_cwd(ws, "../x").is_err());
+        assert!(resolve_cwd(ws, "/etc").is_err());
+        assert!(resolve_cwd(ws, "").is_err());
+    }
+}

@@ -1,0 +1,458 @@
+//! The durable, append-only, hash-chained journal: what spends a use, and
+//! what survives a crash.
+//!
+//! One JSON-lines file per Goal id under `STATE/journal/`. Each record carries
+//! the SHA-256 of the previous line, so an edited, reordered, removed or torn
+//! record breaks the chain. Writers hold an exclusive `flock` on the file for
+//! the read-check-append critical section only (never for the whole run), so
+//! runs of other Goals never wait and runs of the same Goal serialize only
+//! their admission.
+//!
+//! The `executing` record is appended and fsync'd (file, then directory)
+//! *before* the child is forked: that record is what spends a use. A live
+//! runner holds an exclusive lock on `STATE/attempts/<attempt>.lock` for the
+//! whole attempt; an `executing` record with no result whose lock can be
+//! taken belongs to a runner that is gone, and is an `unknown` outcome that
+//! blocks every later run of that Goal until a person `resolve`s it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use crate::model::{CleanupState, DirIdentity, ExecutableIdentity, GoalRef, OutcomeClass, Reason};
+use crate::sign::sha256_hex;
+
+pub const JOURNAL_VERSION: u32 = 1;
+const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("journal unavailable at {path}: {source}")]
+    Unavailable {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("journal {path} is corrupt at line {line}: {detail}")]
+    Corrupt {
+        path: String,
+        line: usize,
+        detail: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Classification {
+    Success,
+    Failed,
+    Stop,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Event {
+    /// Written and fsync'd before fork; spends one use of the lease.
+    Executing {
+        attempt_id: String,
+        lease_id: String,
+        lease_fingerprint: String,
+        goal: GoalRef,
+        use_number: u64,
+        max_uses: u64,
+        runner_pid: u32,
+        executable: Box<ExecutableIdentity>,
+        cwd: Box<DirIdentity>,
+    },
+    /// Written after the process tree is reaped and the receipt is built.
+    Result {
+        attempt_id: String,
+        outcome: OutcomeClass,
+        reason: Option<Reason>,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        cleanup: CleanupState,
+        receipt_sha256: String,
+    },
+    /// A person's classification of an `unknown` attempt. Never evidence.
+    Resolution {
+        attempt_id: String,
+        classification: Classification,
+        by: String,
+        note: Option<String>,
+    },
+    Revocation {
+        lease_id: String,
+        by: String,
+    },
+    /// A run refused before anything was spent.
+    Refusal {
+        lease_id: Option<String>,
+        reason: Reason,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    pub v: u32,
+    pub seq: u64,
+    pub prev: String,
+    pub at: String,
+    pub event: Event,
+}
+
+/// A parsed record and the SHA-256 of its line.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub record: Record,
+    pub digest: String,
+}
+
+/// State of one attempt, derived from its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptState {
+    Running,
+    Done,
+    Unknown,
+    Resolved,
+}
+
+pub fn default_state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GOVERNED_EXEC_STATE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("governed-exec");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/".into());
+    PathBuf::from(home).join(".local/state/governed-exec")
+}
+
+fn unavailable(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
+    move |source| JournalError::Unavailable {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Create `dir` (0700) if needed and check that it is a directory.
+pub fn ensure_dir(dir: &Path) -> Result<(), JournalError> {
+    match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(unavailable(dir)(e)),
+    }
+}
+
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+fn journal_file_name(goal_id: &str) -> String {
+    format!("{}.jsonl", &sha256_hex(goal_id.as_bytes())[..32])
+}
+
+/// One Goal's journal, locked for the lifetime of this value.
+pub struct Journal {
+    file: Flock<File>,
+    path: PathBuf,
+    dir: PathBuf,
+    entries: Vec<Entry>,
+}
+
+impl Journal {
+    /// Open (creating if absent), lock exclusively, read and check the chain.
+    /// A torn or unparseable record fails closed with `Corrupt`.
+    pub fn open(state_dir: &Path, goal_id: &str) -> Result<Journal, JournalError> {
+        let dir = state_dir.join("journal");
+        ensure_dir(&dir)?;
+        let path = dir.join(journal_file_name(goal_id));
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(unavailable(&path))?;
+        let mut file = Flock::lock(file, FlockArg::LockExclusive)
+            .map_err(|(_, e)| unavailable(&path)(e.into()))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(unavailable(&path))?;
+        let entries = parse_chain(&path, &bytes)?;
+        Ok(Journal {
+            file,
+            path,
+            dir,
+            entries,
+        })
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Append one record durably: write, fsync the file, fsync the directory.
+    /// Returns the record's digest.
+    pub fn append(&mut self, event: Event) -> Result<String, JournalError> {
+        let (seq, prev) = match self.entries.last() {
+            Some(e) => (e.record.seq + 1, e.digest.clone()),
+            None => (0, GENESIS.to_string()),
+        };
+        let record = Record {
+            v: JOURNAL_VERSION,
+            seq,
+            prev,
+            at: now_rfc3339(),
+            event,
+        };
+        let line = serde_json::to_vec(&record).map_err(|e| unavailable(&self.path)(e.into()))?;
+        let digest = sha256_hex(&line);
+        let mut buf = line;
+        buf.push(b'\n');
+        self.file.write_all(&buf).map_err(unavailable(&self.path))?;
+        self.file.sync_data().map_err(unavailable(&self.path))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(unavailable(&self.dir))?;
+        self.entries.push(Entry {
+            record,
+            digest: digest.clone(),
+        });
+        Ok(digest)
+    }
+
+    /// Uses of `lease_id` already spent (its `executing` records).
+    pub fn uses_spent(&self, lease_id: &str) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| matches!(&e.record.event, Event::Executing { lease_id: l, .. } if l == lease_id))
+            .count() as u64
+    }
+
+    pub fn is_revoked(&self, lease_id: &str) -> bool {
+        self.entries
+            .iter()
+            .any(|e| matches!(&e.record.event, Event::Revocation { lease_id: l, .. } if l == lease_id))
+    }
+
+    /// Every attempt of this Goal with its derived state.
+    pub fn attempts(&self, state_dir: &Path) -> Vec<AttemptSummary> {
+        attempts_of(&self.entries, state_dir)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptSummary {
+    pub attempt_id: String,
+    pub lease_id: String,
+    pub goal_id: String,
+    pub goal_revision: u64,
+    pub state: AttemptState,
+    pub outcome: Option<OutcomeClass>,
+    pub classification: Option<Classification>,
+    pub started_at: String,
+    pub executing_record_sha256: String,
+    pub receipt_sha256: Option<String>,
+}
+
+pub fn attempts_of(entries: &[Entry], state_dir: &Path) -> Vec<AttemptSummary> {
+    let mut out: Vec<AttemptSummary> = Vec::new();
+    for e in entries {
+        match &e.record.event {
+            Event::Executing {
+                attempt_id,
+                lease_id,
+                goal,
+                ..
+            } => out.push(AttemptSummary {
+                attempt_id: attempt_id.clone(),
+                lease_id: lease_id.clone(),
+                goal_id: goal.id.clone(),
+                goal_revision: goal.revision,
+                state: AttemptState::Running,
+                outcome: None,
+                classification: None,
+                started_at: e.record.at.clone(),
+                executing_record_sha256: e.digest.clone(),
+                receipt_sha256: None,
+            }),
+            Event::Result {
+                attempt_id,
+                outcome,
+                receipt_sha256,
+                ..
+            } => {
+                if let Some(a) = out.iter_mut().find(|a| &a.attempt_id == attempt_id) {
+                    a.state = AttemptState::Done;
+                    a.outcome = Some(*outcome);
+                    a.receipt_sha256 = Some(receipt_sha256.clone());
+                }
+            }
+            Event::Resolution {
+                attempt_id,
+                classification,
+                ..
+            } => {
+                if let Some(a) = out.iter_mut().find(|a| &a.attempt_id == attempt_id) {
+                    a.state = AttemptState::Resolved;
+                    a.classification = Some(*classification);
+                }
+            }
+            Event::Revocation { .. } | Event::Refusal { .. } => {}
+        }
+    }
+    for a in out.iter_mut().filter(|a| a.state == AttemptState::Running) {
+        if !attempt_is_live(state_dir, &a.attempt_id) {
+            a.state = AttemptState::Unknown;
+        }
+    }
+    out
+}
+
+fn parse_chain(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>, JournalError> {
+    let corrupt = |line: usize, detail: String| JournalError::Corrupt {
+        path: path.display().to_string(),
+        line,
+        detail,
+    };
+    if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+        let line = bytes.iter().filter(|b| **b == b'\n').count() + 1;
+        return Err(corrupt(line, "torn record: the last line is incomplete".into()));
+    }
+    let mut entries: Vec<Entry> = Vec::new();
+    let body = bytes.strip_suffix(b"\n").unwrap_or_default();
+    if bytes.is_empty() {
+        return Ok(entries);
+    }
+    for (i, line) in body.split(|b| *b == b'\n').enumerate() {
+        let n = i + 1;
+        let record: Record = serde_json::from_slice(line).map_err(|e| corrupt(n, format!("unreadable record: {e}")))?;
+        if record.v != JOURNAL_VERSION {
+            return Err(corrupt(n, format!("unknown journal version {}", record.v)));
+        }
+        let (want_seq, want_prev) = match entries.last() {
+            Some(prev) => (prev.record.seq + 1, prev.digest.as_str()),
+            None => (0, GENESIS),
+        };
+        if record.seq != want_seq {
+            return Err(corrupt(n, format!("sequence {} where {want_seq} was expected (record removed or reordered)", record.seq)));
+        }
+        if record.prev != want_prev {
+            return Err(corrupt(n, "hash chain broken: the previous record was edited, removed or reordered".into()));
+        }
+        entries.push(Entry {
+            record,
+            digest: sha256_hex(line),
+        });
+    }
+    Ok(entries)
+}
+
+/// Check every journal file in `state_dir` without locking them for long.
+/// Returns per-file results.
+/// One journal file and whether its chain is intact (its record count).
+pub type ChainCheck = (PathBuf, Result<usize, JournalError>);
+
+pub fn verify_all(state_dir: &Path) -> Result<Vec<ChainCheck>, JournalError> {
+    let dir = state_dir.join("journal");
+    let mut out = Vec::new();
+    let rd = match fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(unavailable(&dir)(e)),
+    };
+    let mut paths: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for p in paths {
+        let r = fs::read(&p)
+            .map_err(unavailable(&p))
+            .and_then(|b| parse_chain(&p, &b))
+            .map(|e| e.len());
+        out.push((p, r));
+    }
+    Ok(out)
+}
+
+/// Read every journal in `state_dir` (for `journal list/show`).
+pub fn read_all(state_dir: &Path) -> Result<Vec<Entry>, JournalError> {
+    let mut all = Vec::new();
+    for (p, r) in verify_all(state_dir)? {
+        r?;
+        let bytes = fs::read(&p).map_err(unavailable(&p))?;
+        all.extend(parse_chain(&p, &bytes)?);
+    }
+    Ok(all)
+}
+
+/// Find the journal holding `attempt_id` and return its goal id.
+pub fn goal_of_attempt(state_dir: &Path, attempt_id: &str) -> Result<Option<String>, JournalError> {
+    Ok(read_all(state_dir)?.into_iter().find_map(|e| match e.record.event {
+        Event::Executing {
+            attempt_id: a, goal, ..
+        } if a == attempt_id => Some(goal.id),
+        _ => None,
+    }))
+}
+
+fn attempt_lock_path(state_dir: &Path, attempt_id: &str) -> PathBuf {
+    state_dir.join("attempts").join(format!("{attempt_id}.lock"))
+}
+
+/// Held by the live runner for the whole attempt.
+pub struct AttemptLock {
+    _lock: Flock<File>,
+}
+
+impl AttemptLock {
+    pub fn acquire(state_dir: &Path, attempt_id: &str) -> Result<AttemptLock, JournalError> {
+        let dir = state_dir.join("attempts");
+        ensure_dir(&dir)?;
+        let path = attempt_lock_path(state_dir, attempt_id);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(unavailable(&path))?;
+        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| unavailable(&path)(e.into()))?;
+        Ok(AttemptLock { _lock: lock })
+    }
+}
+
+/// Whether a runner still holds the attempt's lock.
+pub fn attempt_is_live(state_dir: &Path, attempt_id: &str) -> bool {
+    let Ok(file) = File::open(attempt_lock_path(state_dir, attempt_id)) else {
+        return false;
+    };
+    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(_) => false,
+        Err((_, e)) => e == nix::errno::Errno::EWOULDBLOCK,
+    }
+}
+
+/// Write a file durably (content, then directory entry).
+pub fn write_durable(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(parent)?.sync_all()?;
+    Ok(())
+}

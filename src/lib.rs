@@ -1,0 +1,215 @@
+//! governed-exec: run one pre-approved command headless, bounded, and prove
+//! what happened.
+//!
+//! The pipeline, one direction of data flow:
+//!
+//! ```text
+//! request + manifest ──admission──▶ Admitted ──journal intent──▶ spawn ──supervise──▶ outcome ──▶ signed receipt
+//! goal + receipt ──verify──▶ verdict
+//! ```
+//!
+//! Invariants (see ARCHITECTURE.md for the reasoning):
+//! - nothing is spawned unless a signed lease matches the request exactly and
+//!   the identity re-checked on the very fds used for `fchdir`/`execveat`
+//!   equals the lease's;
+//! - a use is spent by a durable `executing` record written before `fork`;
+//! - an outcome is `*_reaped`/`exited` only when every process of the run was
+//!   observed gone; otherwise it is `unknown`, which blocks the Goal until a
+//!   person resolves it;
+//! - every `run` prints a receipt-shaped document, refusals included;
+//! - `verify` only reads, and a human classification is never evidence.
+
+pub mod admission;
+pub mod approve;
+pub mod capture;
+pub mod cli;
+pub mod env;
+pub mod exit_code;
+pub mod fault;
+pub mod goal;
+pub mod identity;
+pub mod isolation;
+pub mod journal;
+pub mod lease;
+pub mod limits;
+pub mod model;
+pub mod operator;
+pub mod receipt;
+pub mod run;
+pub mod sign;
+pub mod supervise;
+pub mod sys;
+pub mod verify;
+
+use clap::Parser;
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use cli::{Cli, Command, JournalAction, ReceiptAction};
+use operator::OperatorError;
+
+/// Make sure fds 0, 1, 2 exist, so no file we open later lands on them.
+fn ensure_std_fds() {
+    for fd in 0..3 {
+        if nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).is_err() {
+            let _ = nix::fcntl::open("/dev/null", nix::fcntl::OFlag::O_RDWR, nix::sys::stat::Mode::empty());
+        }
+    }
+}
+
+fn usage_error(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("governed-exec: error: {msg}");
+    exit_code::USAGE
+}
+
+/// Parse the command line, run one command, return the process exit code.
+pub fn cli_main() -> i32 {
+    // Block the signals we handle before any thread exists, so every thread
+    // inherits the mask and they arrive only through the signalfd.
+    let handled = supervise::handled_signals();
+    if let Err(e) = handled.thread_block() {
+        return usage_error(format!("cannot block signals: {e}"));
+    }
+    ensure_std_fds();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                return 0;
+            }
+            let is_run = std::env::args().nth(1).as_deref() == Some("run");
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            eprintln!("governed-exec: error: {first}");
+            return if is_run { exit_code::NOT_EXECUTED } else { exit_code::USAGE };
+        }
+    };
+    match cli.command {
+        Command::Keygen { out } => match operator::keygen(&out) {
+            Ok(()) => 0,
+            Err(e) => usage_error(e),
+        },
+        Command::Approve(a) => {
+            let a = *a;
+            let args = approve::ApproveArgs {
+                goal: a.goal,
+                workspace: a.workspace,
+                manifest: a.manifest,
+                key: a.key,
+                ttl: a.ttl,
+                uses: a.uses,
+                approver: a.approver,
+                profile: a.profile,
+                cwd: a.cwd,
+                limits: approve::LimitOverrides {
+                    wall_time: a.wall_time,
+                    kill_grace: a.kill_grace,
+                    cpu_time: a.cpu_time,
+                    memory: a.memory,
+                    max_processes: a.max_processes,
+                    max_open_files: a.max_open_files,
+                    max_file_size: a.max_file_size,
+                    keep_output: a.keep_output,
+                    output_cap: a.output_cap,
+                },
+                env: a.env,
+                as_user: a.as_user,
+                fs_write: a.fs_write,
+                fs_write_scope: a.fs_write_scope,
+                no_network: a.no_network,
+                pid_namespace: a.pid_namespace,
+                max_executable_size: a.max_executable_size,
+                request: a.request,
+                command: a.command,
+            };
+            match approve::approve(args) {
+                Ok(id) => {
+                    println!("{id}");
+                    0
+                }
+                Err(e) => usage_error(e),
+            }
+        }
+        Command::Run(r) => {
+            let r = *r;
+            let mut signals = match SignalFd::with_flags(&handled, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("governed-exec: error: cannot create a signalfd: {e}");
+                    return exit_code::NOT_EXECUTED;
+                }
+            };
+            if let Err(e) = sys::set_child_subreaper() {
+                eprintln!("governed-exec: error: cannot become a child subreaper: {e}");
+                return exit_code::NOT_EXECUTED;
+            }
+            run::run(
+                run::RunArgs {
+                    goal: r.goal,
+                    manifest: r.manifest,
+                    trust: r.trust,
+                    key: r.key,
+                    state_dir: r.state_dir,
+                    receipt: r.receipt,
+                    stream: r.stream,
+                    request: r.request,
+                    lease: r.lease,
+                    cwd: r.cwd,
+                    profile: r.profile,
+                    command: r.command,
+                },
+                &mut signals,
+            )
+        }
+        Command::Verify { goal, receipt, trust, state_dir, json } => {
+            match verify::verify(&goal, &receipt, &trust, state_dir.as_deref()) {
+                Err(e) => usage_error(e),
+                Ok(v) => {
+                    if json {
+                        println!("{}", serde_json::to_string(&v).unwrap_or_default());
+                    } else {
+                        println!("{}", v.verdict);
+                        for u in &v.unmet {
+                            println!("{}", capture::project_text(u.as_bytes()).replace('\n', " "));
+                        }
+                    }
+                    if v.done() { 0 } else { exit_code::NEGATIVE }
+                }
+            }
+        }
+        Command::Journal { state_dir, action } => {
+            let dir = state_dir.unwrap_or_else(journal::default_state_dir);
+            match action {
+                JournalAction::List { json } => operator::journal_list(&dir, json).map_or_else(usage_error, |_| 0),
+                JournalAction::Show { attempt, json } => match operator::journal_show(&dir, &attempt, json) {
+                    Ok(true) => 0,
+                    Ok(false) => usage_error(format!("attempt {attempt:?} is not in the journal at {}", dir.display())),
+                    Err(e) => usage_error(e),
+                },
+                JournalAction::Verify => match operator::journal_verify(&dir) {
+                    Ok(true) => 0,
+                    Ok(false) => exit_code::NEGATIVE,
+                    Err(e) => usage_error(e),
+                },
+            }
+        }
+        Command::Receipt { action: ReceiptAction::Show { receipt } } => operator::receipt_show(&receipt).map_or_else(usage_error, |_| 0),
+        Command::Resolve { attempt, as_, by, note, state_dir } => {
+            let dir = state_dir.unwrap_or_else(journal::default_state_dir);
+            operator_result(operator::resolve(&dir, &attempt, as_, &by, note))
+        }
+        Command::Revoke { manifest, lease, by, state_dir } => {
+            let dir = state_dir.unwrap_or_else(journal::default_state_dir);
+            operator_result(operator::revoke(&manifest, &lease, &by, &dir))
+        }
+    }
+}
+
+fn operator_result(r: Result<(), OperatorError>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(OperatorError::UnknownId(m)) => usage_error(m),
+        Err(OperatorError::Failed(m)) => usage_error(m),
+    }
+}

@@ -1,0 +1,163 @@
+//! The operator's commands: `keygen`, `journal`, `receipt show`, `resolve`,
+//! `revoke`. All take flags, never prompt, and reject ids they do not know.
+
+use std::path::Path;
+
+use crate::journal::{self, AttemptState, Classification, Event, Journal};
+use crate::{lease, receipt, sign};
+
+pub fn keygen(prefix: &Path) -> Result<(), String> {
+    let key = sign::generate().map_err(|e| e.to_string())?;
+    let mut k = prefix.as_os_str().to_os_string();
+    k.push(".key");
+    let mut p = prefix.as_os_str().to_os_string();
+    p.push(".pub");
+    sign::write_keypair(&key, Path::new(&k), Path::new(&p)).map_err(|e| e.to_string())?;
+    eprintln!(
+        "wrote {} (0600) and {}; key id {}",
+        Path::new(&k).display(),
+        Path::new(&p).display(),
+        sign::keyid(&key.verifying_key())
+    );
+    Ok(())
+}
+
+pub fn receipt_show(path: &Path) -> Result<(), String> {
+    let env = receipt::read_envelope(path)?;
+    let stmt = receipt::decode_statement(&env)?;
+    println!("{}", serde_json::to_string_pretty(&stmt).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+pub fn journal_list(state_dir: &Path, json: bool) -> Result<(), String> {
+    let entries = journal::read_all(state_dir).map_err(|e| e.to_string())?;
+    let attempts = journal::attempts_of(&entries, state_dir);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&attempts).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    println!("{:<26} {:<28} {:<20} {:<9} {:<20} STARTED", "ATTEMPT", "LEASE", "GOAL", "STATE", "OUTCOME");
+    for a in attempts {
+        let state = serde_json::to_value(a.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let outcome = match (a.outcome, a.classification) {
+            (Some(o), _) => o.to_string(),
+            (None, Some(c)) => format!("resolved:{}", serde_json::to_value(c).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()),
+            _ => "-".into(),
+        };
+        println!("{:<26} {:<28} {:<20} {:<9} {:<20} {}", a.attempt_id, a.lease_id, format!("{}@{}", a.goal_id, a.goal_revision), state, outcome, a.started_at);
+    }
+    Ok(())
+}
+
+/// Returns false when the attempt is unknown to the journal.
+pub fn journal_show(state_dir: &Path, attempt: &str, json: bool) -> Result<bool, String> {
+    let entries = journal::read_all(state_dir).map_err(|e| e.to_string())?;
+    let records: Vec<&journal::Record> = entries
+        .iter()
+        .map(|e| &e.record)
+        .filter(|r| match &r.event {
+            Event::Executing { attempt_id, .. } | Event::Result { attempt_id, .. } | Event::Resolution { attempt_id, .. } => attempt_id == attempt,
+            _ => false,
+        })
+        .collect();
+    if records.is_empty() {
+        return Ok(false);
+    }
+    let summary = journal::attempts_of(&entries, state_dir).into_iter().find(|a| a.attempt_id == attempt);
+    let doc = serde_json::json!({ "attempt": summary, "records": records });
+    if json {
+        println!("{}", serde_json::to_string(&doc).map_err(|e| e.to_string())?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?);
+    }
+    Ok(true)
+}
+
+/// Returns whether every chain is intact.
+pub fn journal_verify(state_dir: &Path) -> Result<bool, String> {
+    let results = journal::verify_all(state_dir).map_err(|e| e.to_string())?;
+    let mut ok = true;
+    for (path, r) in &results {
+        match r {
+            Ok(n) => println!("ok      {} ({n} records)", path.display()),
+            Err(e) => {
+                ok = false;
+                println!("BROKEN  {e}");
+            }
+        }
+    }
+    if results.is_empty() {
+        println!("ok      no journal in {}", state_dir.display());
+    }
+    Ok(ok)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    #[error("{0}")]
+    UnknownId(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+pub fn resolve(state_dir: &Path, attempt: &str, as_: Classification, by: &str, note: Option<String>) -> Result<(), OperatorError> {
+    let goal_id = journal::goal_of_attempt(state_dir, attempt)
+        .map_err(|e| OperatorError::Failed(e.to_string()))?
+        .ok_or_else(|| OperatorError::UnknownId(format!("attempt {attempt:?} is not in the journal at {}", state_dir.display())))?;
+    let mut j = Journal::open(state_dir, &goal_id).map_err(|e| OperatorError::Failed(e.to_string()))?;
+    let summary = j
+        .attempts(state_dir)
+        .into_iter()
+        .find(|a| a.attempt_id == attempt)
+        .ok_or_else(|| OperatorError::UnknownId(format!("attempt {attempt:?} is not in the journal")))?;
+    if summary.state != AttemptState::Unknown {
+        let state = serde_json::to_value(summary.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        return Err(OperatorError::UnknownId(format!("attempt {attempt} is {state}, not unknown: there is nothing to resolve")));
+    }
+    j.append(Event::Resolution {
+        attempt_id: attempt.to_string(),
+        classification: as_,
+        by: by.to_string(),
+        note,
+    })
+    .map_err(|e| OperatorError::Failed(e.to_string()))?;
+    if as_ == Classification::Stop {
+        j.append(Event::Revocation {
+            lease_id: summary.lease_id.clone(),
+            by: by.to_string(),
+        })
+        .map_err(|e| OperatorError::Failed(e.to_string()))?;
+        eprintln!("resolved {attempt} as stop; lease {} is revoked", summary.lease_id);
+    } else {
+        eprintln!("resolved {attempt}; this is a classification, not evidence: no receipt was created");
+    }
+    Ok(())
+}
+
+pub fn revoke(manifest: &Path, lease_id: &str, by: &str, state_dir: &Path) -> Result<(), OperatorError> {
+    let m = lease::load_manifest(manifest).map_err(OperatorError::UnknownId)?;
+    let Some(l) = m.leases.iter().find(|l| l.body.lease_id == lease_id) else {
+        return Err(OperatorError::UnknownId(format!("lease {lease_id:?} is not in manifest {}", manifest.display())));
+    };
+    let goal_id = l.body.goal.id.clone();
+    lease::update_manifest(manifest, false, |m| {
+        if !m.revocations.iter().any(|r| r.lease_id == lease_id) {
+            m.revocations.push(crate::model::Revocation {
+                lease_id: lease_id.to_string(),
+                by: by.to_string(),
+                at: journal::now_rfc3339(),
+            });
+        }
+        Ok(())
+    })
+    .map_err(OperatorError::Failed)?;
+    // Also record it in the journal, so the audit trail has it.
+    if let Ok(mut j) = Journal::open(state_dir, &goal_id) {
+        let _ = j.append(Event::Revocation {
+            lease_id: lease_id.to_string(),
+            by: by.to_string(),
+        });
+    }
+    eprintln!("revoked lease {lease_id}");
+    Ok(())
+}

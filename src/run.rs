@@ -1,0 +1,618 @@
+//! `run`: the whole governed pipeline for one request.
+//!
+//! ```text
+//! inputs ─parse─▶ journal lock ─admit─▶ Admitted ─isolation─▶ executing record (fsync)
+//!        ─spawn─▶ supervise ─▶ products ─▶ signed receipt ─▶ result record ─▶ stdout
+//! ```
+//!
+//! Every path out of this function yields a receipt-shaped document, refusals
+//! included, and an exit code from `exit_code::for_outcome`.
+
+use std::ffi::{CString, OsString};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use ed25519_dalek::SigningKey;
+use nix::sys::signalfd::SignalFd;
+
+use crate::admission::{self, Admitted, Refusal, Selection};
+use crate::goal::{self, LoadedGoal};
+use crate::journal::{self, AttemptLock, Event, Journal, JournalError};
+use crate::model::{
+    Cleanup, CleanupState, Envelope, GoalRef, LeaseRef, Outcome, OutcomeClass, Profile, Reason,
+    ReceiptBody, Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
+};
+use crate::supervise::{self, Ending, RunResult};
+use crate::sys::{ChildStep, SpawnSpec};
+use crate::{env, exit_code, fault, isolation, lease, receipt, sign};
+
+pub struct RunArgs {
+    pub goal: PathBuf,
+    pub manifest: PathBuf,
+    pub trust: PathBuf,
+    pub key: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
+    pub receipt: Option<PathBuf>,
+    pub stream: bool,
+    pub request: Option<String>,
+    pub lease: Option<String>,
+    pub cwd: Option<String>,
+    pub profile: Option<Profile>,
+    pub command: Vec<OsString>,
+}
+
+/// A random id with a readable prefix.
+pub fn new_id(prefix: &str) -> String {
+    let mut b = [0u8; 10];
+    if getrandom::getrandom(&mut b).is_err() {
+        let t = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        b.copy_from_slice(&t.to_le_bytes()[..10]);
+    }
+    format!("{prefix}-{}", hex::encode(b))
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// What is known so far, to build a receipt at any point.
+struct Draft {
+    receipt_id: String,
+    attempt_id: Option<String>,
+    goal: Option<GoalRef>,
+    request: Option<Request>,
+    started: SystemTime,
+    key: Option<SigningKey>,
+    key_path: Option<PathBuf>,
+    receipt_path: Option<PathBuf>,
+}
+
+impl Draft {
+    fn base(&self, outcome: Outcome) -> ReceiptBody {
+        let now = SystemTime::now();
+        ReceiptBody {
+            schema: RECEIPT_SCHEMA.into(),
+            receipt_id: self.receipt_id.clone(),
+            attempt_id: self.attempt_id.clone(),
+            goal: self.goal.clone(),
+            lease: None,
+            request: self.request.clone(),
+            workspace: None,
+            command: None,
+            cwd: None,
+            outcome,
+            cleanup: Cleanup {
+                state: CleanupState::NotStarted,
+                mechanism: "none".into(),
+                leftover_processes_killed: 0,
+                unconfirmed_pids: vec![],
+            },
+            streams: Streams {
+                stdout: receipt::empty_stream(),
+                stderr: receipt::empty_stream(),
+            },
+            products: vec![],
+            started_at: rfc3339(self.started),
+            ended_at: rfc3339(now),
+            duration_ms: now.duration_since(self.started).unwrap_or_default().as_millis() as u64,
+            resources: Resources {
+                cpu_user_ms: 0,
+                cpu_system_ms: 0,
+                peak_rss_kib: 0,
+            },
+            limits: None,
+            isolation: None,
+            signing: None,
+            journal_record_sha256: None,
+            runner_version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+
+    /// Seal and print (or write) the receipt; returns its payload digest.
+    fn emit(&self, body: ReceiptBody) -> (Envelope, String) {
+        let stmt = receipt::statement(body);
+        let (envelope, digest) = receipt::seal(&stmt, self.key.as_ref());
+        let mut text = serde_json::to_vec_pretty(&envelope).unwrap_or_default();
+        text.push(b'\n');
+        match &self.receipt_path {
+            Some(p) => {
+                if let Err(e) = journal::write_durable(p, &text, 0o644) {
+                    eprintln!("governed-exec: cannot write receipt {}: {e}; printing it to stdout", p.display());
+                    let _ = std::io::stdout().write_all(&text);
+                }
+            }
+            None => {
+                let _ = std::io::stdout().write_all(&text);
+            }
+        }
+        (envelope, digest)
+    }
+
+    /// A refusal before spawn: one line on stderr, a receipt, exit 125.
+    fn refuse(&self, r: Refusal) -> i32 {
+        eprintln!("governed-exec: refused ({}): {}", r.reason, r.message);
+        let mut body = self.base(not_executed(r.reason, r.message));
+        if let Some(l) = &r.lease {
+            body.lease = Some(LeaseRef {
+                id: l.body.lease_id.clone(),
+                fingerprint: l.fingerprint.clone(),
+            });
+        }
+        self.emit(body);
+        exit_code::NOT_EXECUTED
+    }
+}
+
+fn not_executed(reason: Reason, message: String) -> Outcome {
+    Outcome {
+        class: OutcomeClass::KnownNotExecuted,
+        reason: Some(reason),
+        needs_human: reason.needs_human(),
+        exit_code: None,
+        signal: None,
+        runner_exit_code: exit_code::NOT_EXECUTED,
+        message: Some(message),
+    }
+}
+
+fn journal_refusal(e: JournalError) -> Refusal {
+    match e {
+        JournalError::Corrupt { .. } => Refusal::new(Reason::JournalCorrupt, e.to_string()),
+        JournalError::Unavailable { .. } => Refusal::new(Reason::JournalUnavailable, e.to_string()),
+    }
+}
+
+/// Load `--key`, or the state dir's runner key, creating it on first use.
+fn runner_key(explicit: Option<&Path>, state_dir: &Path) -> Result<(SigningKey, PathBuf), Refusal> {
+    if let Some(p) = explicit {
+        return sign::load_signing_key(p)
+            .map(|k| (k, p.to_path_buf()))
+            .map_err(|e| Refusal::new(Reason::InvalidInput, e.to_string()));
+    }
+    let path = state_dir.join("runner.key");
+    if path.exists() {
+        return sign::load_signing_key(&path)
+            .map(|k| (k, path.clone()))
+            .map_err(|e| Refusal::new(Reason::JournalUnavailable, e.to_string()));
+    }
+    journal::ensure_dir(state_dir).map_err(journal_refusal)?;
+    let key = sign::generate().map_err(|e| Refusal::new(Reason::JournalUnavailable, e.to_string()))?;
+    match sign::write_keypair(&key, &path, &state_dir.join("runner.pub")) {
+        Ok(()) => Ok((key, path)),
+        // Another runner created it first: use theirs.
+        Err(_) if path.exists() => sign::load_signing_key(&path)
+            .map(|k| (k, path.clone()))
+            .map_err(|e| Refusal::new(Reason::JournalUnavailable, e.to_string())),
+        Err(e) => Err(Refusal::new(Reason::JournalUnavailable, e.to_string())),
+    }
+}
+
+fn selection(args: &RunArgs) -> Result<Selection, String> {
+    let given = [args.request.is_some(), args.lease.is_some(), !args.command.is_empty()]
+        .iter()
+        .filter(|b| **b)
+        .count();
+    if given != 1 {
+        return Err("give exactly one of --request FILE, --lease ID, or -- EXECUTABLE [ARG...]".into());
+    }
+    if (args.cwd.is_some() || args.profile.is_some()) && args.command.is_empty() {
+        return Err("--cwd and --profile go with -- EXECUTABLE [ARG...] only".into());
+    }
+    if let Some(id) = &args.lease {
+        return Ok(Selection::LeaseId(id.clone()));
+    }
+    let request = match &args.request {
+        Some(src) => read_request(src)?,
+        None => {
+            let mut words = Vec::new();
+            for w in &args.command {
+                words.push(
+                    w.to_str()
+                        .ok_or_else(|| format!("argument {w:?} is not valid UTF-8; requests are JSON strings"))?
+                        .to_string(),
+                );
+            }
+            Request {
+                executable: words.remove(0),
+                argv: words,
+                cwd: args.cwd.clone().unwrap_or_else(|| ".".into()),
+                profile: args.profile.unwrap_or(Profile::Standard),
+            }
+        }
+    };
+    check_request(&request)?;
+    Ok(Selection::Request(request))
+}
+
+pub fn read_request(src: &str) -> Result<Request, String> {
+    let (what, bytes) = if src == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).map_err(|e| format!("request (stdin): {e}"))?;
+        ("request (stdin)".to_string(), b)
+    } else {
+        let b = std::fs::read(src).map_err(|e| format!("request {src}: {e}"))?;
+        (format!("request {src}"), b)
+    };
+    let r: Request = crate::model::parse_json(&what, &bytes)?;
+    check_request(&r).map_err(|e| format!("{what}: {e}"))?;
+    Ok(r)
+}
+
+fn check_request(r: &Request) -> Result<(), String> {
+    if r.executable.is_empty() {
+        return Err("field `executable` is empty".into());
+    }
+    if r.executable.contains('\0') {
+        return Err("field `executable` contains a NUL byte".into());
+    }
+    if let Some(i) = r.argv.iter().position(|a| a.contains('\0')) {
+        return Err(format!("field `argv[{i}]` contains a NUL byte, which execve cannot pass"));
+    }
+    if r.cwd.contains('\0') {
+        return Err("field `cwd` contains a NUL byte".into());
+    }
+    Ok(())
+}
+
+/// Fresh private HOME and TMPDIR for one attempt, owned by the child's uid.
+struct Scratch {
+    root: PathBuf,
+    home: PathBuf,
+    tmp: PathBuf,
+}
+
+impl Scratch {
+    fn create(attempt_id: &str, owner: Option<(u32, u32)>) -> std::io::Result<Scratch> {
+        let root = std::env::temp_dir().join(format!("governed-exec-{attempt_id}"));
+        std::fs::DirBuilder::new().mode(0o711).create(&root)?;
+        let s = Scratch {
+            home: root.join("home"),
+            tmp: root.join("tmp"),
+            root,
+        };
+        for d in [&s.home, &s.tmp] {
+            std::fs::DirBuilder::new().mode(0o700).create(d)?;
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::chown(d, Some(uid), Some(gid))?;
+            }
+        }
+        Ok(s)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn signing_report(key: &SigningKey, key_path: &Path, child_uid: u32) -> SigningReport {
+    let keyid = sign::keyid(&key.verifying_key());
+    let meta = std::fs::metadata(key_path).ok();
+    let (owner, mode) = meta.map_or((u32::MAX, 0o777), |m| (m.uid(), m.mode()));
+    let (out_of_reach, why) = if child_uid == 0 {
+        (false, "the child runs as root, which can read any file".to_string())
+    } else if child_uid == owner {
+        (false, format!("the child runs as uid {child_uid}, which owns the key file"))
+    } else if mode & 0o044 != 0 {
+        (false, format!("the key file is readable by group or others (mode {:o})", mode & 0o777))
+    } else {
+        (true, format!("the child runs as uid {child_uid} without capabilities; the key file is owned by uid {owner} with mode {:o}", mode & 0o777))
+    };
+    SigningReport {
+        keyid,
+        key_out_of_child_reach: out_of_reach,
+        why,
+    }
+}
+
+pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
+    let state_dir = args.state_dir.clone().unwrap_or_else(journal::default_state_dir);
+    let mut draft = Draft {
+        receipt_id: new_id("rcpt"),
+        attempt_id: None,
+        goal: None,
+        request: None,
+        started: SystemTime::now(),
+        key: None,
+        key_path: None,
+        receipt_path: args.receipt.clone(),
+    };
+    let key = runner_key(args.key.as_deref(), &state_dir);
+    if let Ok((k, p)) = &key {
+        draft.key = Some(k.clone());
+        draft.key_path = Some(p.clone());
+    }
+    let goal = match goal::load(&args.goal) {
+        Ok(g) => g,
+        Err(e) => return draft.refuse(Refusal::new(Reason::InvalidInput, e)),
+    };
+    draft.goal = Some(goal.reference());
+    let selection = match selection(&args) {
+        Ok(s) => s,
+        Err(e) => return draft.refuse(Refusal::new(Reason::InvalidInput, e)),
+    };
+    if let Selection::Request(r) = &selection {
+        draft.request = Some(r.clone());
+    }
+    let manifest = match lease::load_manifest(&args.manifest) {
+        Ok(m) => m,
+        Err(e) => return draft.refuse(Refusal::new(Reason::InvalidInput, e)),
+    };
+    let trust = match sign::load_verifying_key(&args.trust) {
+        Ok(k) => k,
+        Err(e) => return draft.refuse(Refusal::new(Reason::InvalidInput, e.to_string())),
+    };
+    let (key, key_path) = match key {
+        Ok(k) => k,
+        Err(r) => return draft.refuse(r),
+    };
+    let mut journal = match Journal::open(&state_dir, &goal.goal.id) {
+        Ok(j) => j,
+        Err(e) => return draft.refuse(journal_refusal(e)),
+    };
+    let ctx = admission::Context {
+        manifest: &manifest,
+        goal: &goal,
+        trust: &trust,
+        journal: &journal,
+        state_dir: &state_dir,
+        now: SystemTime::now(),
+    };
+    let admitted = match admission::admit(&ctx, &selection) {
+        Ok(a) => a,
+        Err(r) => {
+            let _ = journal.append(Event::Refusal {
+                lease_id: r.lease.as_ref().map(|l| l.body.lease_id.clone()),
+                reason: r.reason,
+                message: r.message.clone(),
+            });
+            return draft.refuse(r);
+        }
+    };
+    draft.request = Some(admitted.lease.body.request.clone());
+    execute(draft, admitted, journal, &goal, &state_dir, (key, key_path), args.stream, signals)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    mut draft: Draft,
+    admitted: Admitted,
+    mut journal: Journal,
+    goal: &LoadedGoal,
+    state_dir: &Path,
+    (key, key_path): (SigningKey, PathBuf),
+    mirror: bool,
+    signals: &mut SignalFd,
+) -> i32 {
+    let body = &admitted.lease.body;
+    let lease_ref = LeaseRef {
+        id: body.lease_id.clone(),
+        fingerprint: admitted.lease.fingerprint.clone(),
+    };
+    let refuse_with_lease = |draft: &Draft, reason: Reason, msg: String| {
+        draft.refuse(Refusal {
+            reason,
+            message: msg,
+            lease: Some(Box::new(admitted.lease.clone())),
+        })
+    };
+    let attempt_id = new_id("att");
+    let owner = body.isolation.as_user.map(|u| (u.uid, u.gid));
+    let scratch = match Scratch::create(&attempt_id, owner) {
+        Ok(s) => s,
+        Err(e) => {
+            return refuse_with_lease(&draft, Reason::IsolationUnavailable, format!("cannot create the private HOME/TMPDIR under {}: {e}", std::env::temp_dir().display()))
+        }
+    };
+    let writable = vec![
+        PathBuf::from(&body.workspace.path),
+        scratch.home.clone(),
+        scratch.tmp.clone(),
+    ];
+    let prepared = match isolation::prepare(&body.isolation, &writable) {
+        Ok(p) => p,
+        Err(e) => return refuse_with_lease(&draft, Reason::IsolationUnavailable, e),
+    };
+
+    // Everything the child needs, built before the use is spent.
+    let child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);
+    let envp: Vec<CString> = child_env
+        .iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let mut argv: Vec<CString> = Vec::with_capacity(body.request.argv.len() + 1);
+    for a in std::iter::once(&body.request.executable).chain(&body.request.argv) {
+        match CString::new(a.as_bytes()) {
+            Ok(c) => argv.push(c),
+            Err(_) => return refuse_with_lease(&draft, Reason::InvalidInput, "argv contains a NUL byte".into()),
+        }
+    }
+    let l = &body.limits;
+    let rlimits = [
+        (libc::RLIMIT_CPU, l.cpu_time_s),
+        (libc::RLIMIT_AS, l.memory_bytes),
+        (libc::RLIMIT_NPROC, l.max_processes),
+        (libc::RLIMIT_NOFILE, l.max_open_files),
+        (libc::RLIMIT_FSIZE, l.max_file_size_bytes),
+        (libc::RLIMIT_CORE, 0),
+    ];
+    let devnull = match std::fs::File::open("/dev/null") {
+        Ok(f) => f,
+        Err(e) => return refuse_with_lease(&draft, Reason::ExecFailed, format!("/dev/null: {e}")),
+    };
+
+    // Write-ahead: the lock the live runner holds, then the executing record.
+    let lock = match AttemptLock::acquire(state_dir, &attempt_id) {
+        Ok(l) => l,
+        Err(e) => return refuse_with_lease(&draft, Reason::JournalUnavailable, e.to_string()),
+    };
+    let executing = Event::Executing {
+        attempt_id: attempt_id.clone(),
+        lease_id: body.lease_id.clone(),
+        lease_fingerprint: admitted.lease.fingerprint.clone(),
+        goal: body.goal.clone(),
+        use_number: admitted.use_number,
+        max_uses: body.max_uses,
+        runner_pid: std::process::id(),
+        executable: Box::new(admitted.exe.identity.clone()),
+        cwd: Box::new(admitted.cwd.identity.clone()),
+    };
+    let executing_digest = match journal.append(executing) {
+        Ok(d) => d,
+        Err(e) => return refuse_with_lease(&draft, Reason::JournalUnavailable, e.to_string()),
+    };
+    drop(journal);
+    draft.attempt_id = Some(attempt_id.clone());
+    fault::point("after_executing");
+
+    use std::os::fd::AsRawFd;
+    let spec = SpawnSpec {
+        exe_fd: admitted.exe.file.as_raw_fd(),
+        exe_is_script: admitted.exe.identity.interpreter.is_some(),
+        cwd_fd: admitted.cwd.file.as_raw_fd(),
+        stdin_fd: devnull.as_raw_fd(),
+        stdout_fd: -1,
+        stderr_fd: -1,
+        argv: &argv,
+        envp: &envp,
+        rlimits: &rlimits,
+        creds: prepared.creds,
+        landlock_ruleset_fd: prepared.landlock_fd.as_ref().map(|f| f.as_raw_fd()),
+    };
+    let result = supervise::run(supervise::Plan {
+        spec,
+        limits: *l,
+        mirror,
+        signals,
+    });
+
+    let mut receipt_body = draft.base(not_executed(Reason::ExecFailed, String::new()));
+    receipt_body.lease = Some(lease_ref);
+    receipt_body.workspace = Some(body.workspace.path.clone());
+    receipt_body.command = Some(admitted.exe.identity.clone());
+    receipt_body.cwd = Some(admitted.cwd.identity.clone());
+    receipt_body.limits = Some(*l);
+    receipt_body.isolation = Some(prepared.report.clone());
+    receipt_body.signing = Some(signing_report(&key, &key_path, prepared.report.uid));
+    receipt_body.journal_record_sha256 = Some(executing_digest);
+    match result {
+        Err(e) => {
+            receipt_body.outcome = unknown(Reason::CleanupUnconfirmed, format!("supervision failed: {e}"));
+        }
+        Ok(RunResult::NotExecuted { step, errno }) => {
+            let err = std::io::Error::from_raw_os_error(errno);
+            let msg = if step == ChildStep::Exec {
+                format!("exec of {} failed: {err}", admitted.exe.identity.canonical_path)
+            } else {
+                format!("child setup failed to {step}: {err}")
+            };
+            eprintln!("governed-exec: {msg}");
+            receipt_body.outcome = not_executed(Reason::ExecFailed, msg);
+            receipt_body.cleanup.state = CleanupState::Gone;
+        }
+        Ok(RunResult::Ran(s)) => {
+            fault::point("after_reap");
+            receipt_body.outcome = classify(&s);
+            receipt_body.cleanup = s.cleanup.clone();
+            receipt_body.streams = Streams {
+                stdout: s.stdout.clone(),
+                stderr: s.stderr.clone(),
+            };
+            receipt_body.resources = s.resources.clone();
+            receipt_body.started_at = rfc3339(s.started);
+            receipt_body.ended_at = rfc3339(s.ended);
+            receipt_body.duration_ms = s.ended.duration_since(s.started).unwrap_or_default().as_millis() as u64;
+            receipt_body.products = receipt::products(Path::new(&body.workspace.path), &goal.product_paths());
+        }
+    }
+    let outcome = receipt_body.outcome.clone();
+    let cleanup_state = receipt_body.cleanup.state.clone();
+
+    // Keep a durable copy of the receipt before the result record names it.
+    let stmt = receipt::statement(receipt_body.clone());
+    let (envelope, receipt_digest) = receipt::seal(&stmt, draft.key.as_ref());
+    let receipts_dir = state_dir.join("receipts");
+    if journal::ensure_dir(&receipts_dir).is_ok() {
+        let bytes = serde_json::to_vec_pretty(&envelope).unwrap_or_default();
+        let _ = journal::write_durable(&receipts_dir.join(format!("{attempt_id}.json")), &bytes, 0o600);
+    }
+    fault::point("before_result");
+    let result_written = Journal::open(state_dir, &body.goal.id).and_then(|mut j| {
+        j.append(Event::Result {
+            attempt_id: attempt_id.clone(),
+            outcome: outcome.class,
+            reason: outcome.reason,
+            exit_code: outcome.exit_code,
+            signal: outcome.signal,
+            cleanup: cleanup_state,
+            receipt_sha256: receipt_digest,
+        })
+    });
+    if let Err(e) = result_written {
+        eprintln!("governed-exec: warning: the result record could not be written ({e}); this attempt will read as `unknown` until resolved");
+    }
+    fault::point("before_print");
+    draft.emit(receipt_body);
+    drop(lock);
+    drop(scratch);
+    if outcome.class != OutcomeClass::KnownNotExecuted {
+        if let Some(m) = &outcome.message {
+            eprintln!("governed-exec: {}: {m}", outcome.class);
+        }
+    }
+    outcome.runner_exit_code
+}
+
+fn unknown(reason: Reason, message: String) -> Outcome {
+    Outcome {
+        class: OutcomeClass::Unknown,
+        reason: Some(reason),
+        needs_human: true,
+        exit_code: None,
+        signal: None,
+        runner_exit_code: exit_code::UNKNOWN,
+        message: Some(message),
+    }
+}
+
+/// The outcome class of a supervised run. Anything not observed gone is
+/// `unknown`, whatever else happened.
+fn classify(s: &supervise::Supervised) -> Outcome {
+    if s.cleanup.state != CleanupState::Gone {
+        return unknown(
+            Reason::CleanupUnconfirmed,
+            format!(
+                "processes {:?} could not be confirmed gone within {:?}",
+                s.cleanup.unconfirmed_pids,
+                supervise::CONFIRM_BOUND
+            ),
+        );
+    }
+    let (class, signal, message) = match s.ending {
+        Ending::MainExited => match (s.exit_code, s.signal) {
+            (Some(_), _) => (OutcomeClass::Exited, None, None),
+            (None, Some(sig)) => (OutcomeClass::Signaled, Some(sig), Some(format!("killed by signal {sig}"))),
+            (None, None) => return unknown(Reason::CleanupUnconfirmed, "exit status could not be read".into()),
+        },
+        Ending::TimedOut => (OutcomeClass::TimedOutReaped, s.signal, Some("wall time passed; every process was killed and observed gone".into())),
+        Ending::OutputCapped => (OutcomeClass::OutputLimitReaped, s.signal, Some("total output passed the cap; every process was killed and observed gone".into())),
+        Ending::Cancelled(sig) => (OutcomeClass::CancelledReaped, Some(sig), Some(format!("governed-exec received signal {sig}; the run was stopped and observed gone"))),
+    };
+    let exit = if class == OutcomeClass::Exited { s.exit_code } else { None };
+    Outcome {
+        class,
+        reason: None,
+        needs_human: false,
+        exit_code: exit,
+        signal,
+        runner_exit_code: exit_code::for_outcome(class, exit, signal),
+        message,
+    }
+}
+

@@ -1,0 +1,223 @@
+//! ed25519 keys (PKCS#8 / SPKI PEM, the format `openssl genpkey -algorithm
+//! ed25519` writes) and DSSE envelopes over the pre-authentication encoding.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use base64::engine::general_purpose::{STANDARD, URL_SAFE, URL_SAFE_NO_PAD};
+use base64::Engine;
+use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey};
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use sha2::{Digest, Sha256};
+
+use crate::model::{DsseSignature, Envelope};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("cannot read key file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("key file {path} is not a PEM ed25519 {kind} key: {detail}")]
+    Format {
+        path: String,
+        kind: &'static str,
+        detail: String,
+    },
+    #[error("cannot write key file {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot generate a key: no system randomness: {0}")]
+    Random(String),
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Key id: SHA-256 of the raw 32-byte public key, hex.
+pub fn keyid(key: &VerifyingKey) -> String {
+    sha256_hex(key.as_bytes())
+}
+
+pub fn load_signing_key(path: &Path) -> Result<SigningKey, KeyError> {
+    let pem = fs::read_to_string(path).map_err(|source| KeyError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    SigningKey::from_pkcs8_pem(&pem).map_err(|e| KeyError::Format {
+        path: path.display().to_string(),
+        kind: "private (PKCS#8)",
+        detail: e.to_string(),
+    })
+}
+
+pub fn load_verifying_key(path: &Path) -> Result<VerifyingKey, KeyError> {
+    let pem = fs::read_to_string(path).map_err(|source| KeyError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if let Ok(k) = VerifyingKey::from_public_key_pem(&pem) {
+        return Ok(k);
+    }
+    // Also accept a private key file: its public half is derivable.
+    SigningKey::from_pkcs8_pem(&pem)
+        .map(|k| k.verifying_key())
+        .map_err(|e| KeyError::Format {
+            path: path.display().to_string(),
+            kind: "public (SPKI)",
+            detail: e.to_string(),
+        })
+}
+
+pub fn generate() -> Result<SigningKey, KeyError> {
+    let mut seed = [0u8; 32];
+    getrandom::getrandom(&mut seed).map_err(|e| KeyError::Random(e.to_string()))?;
+    Ok(SigningKey::from_bytes(&seed))
+}
+
+/// Write `PREFIX.key` (0600, PKCS#8 PEM) and `PREFIX.pub` (SPKI PEM).
+/// Refuses to overwrite an existing key.
+pub fn write_keypair(key: &SigningKey, key_path: &Path, pub_path: &Path) -> Result<(), KeyError> {
+    let werr = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| KeyError::Write { path, source }
+    };
+    let fmt_err = |e: String| KeyError::Write {
+        path: key_path.display().to_string(),
+        source: std::io::Error::other(e),
+    };
+    let private = key
+        .to_pkcs8_pem(Default::default())
+        .map_err(|e| fmt_err(e.to_string()))?;
+    let public = key
+        .verifying_key()
+        .to_public_key_pem(Default::default())
+        .map_err(|e| fmt_err(e.to_string()))?;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(key_path)
+        .map_err(werr(key_path))?;
+    f.write_all(private.as_bytes()).map_err(werr(key_path))?;
+    f.sync_all().map_err(werr(key_path))?;
+    let mut p = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(pub_path)
+        .map_err(werr(pub_path))?;
+    p.write_all(public.as_bytes()).map_err(werr(pub_path))?;
+    p.sync_all().map_err(werr(pub_path))?;
+    Ok(())
+}
+
+/// DSSE pre-authentication encoding:
+/// `"DSSEv1" SP LEN(type) SP type SP LEN(body) SP body`.
+pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + payload_type.len() + 32);
+    out.extend_from_slice(b"DSSEv1 ");
+    out.extend_from_slice(payload_type.len().to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(payload_type.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(payload.len().to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(payload);
+    out
+}
+
+pub fn sign_envelope(key: Option<&SigningKey>, payload_type: &str, payload: &[u8]) -> Envelope {
+    let signatures = key
+        .map(|k| {
+            let sig = k.sign(&pae(payload_type, payload));
+            vec![DsseSignature {
+                keyid: keyid(&k.verifying_key()),
+                sig: STANDARD.encode(sig.to_bytes()),
+            }]
+        })
+        .unwrap_or_default();
+    Envelope {
+        payload: STANDARD.encode(payload),
+        payload_type: payload_type.to_string(),
+        signatures,
+    }
+}
+
+/// Decode standard or URL-safe base64 (both allowed by DSSE).
+pub fn b64_decode(s: &str) -> Option<Vec<u8>> {
+    STANDARD
+        .decode(s)
+        .or_else(|_| URL_SAFE.decode(s))
+        .or_else(|_| URL_SAFE_NO_PAD.decode(s))
+        .ok()
+}
+
+/// The payload of `env` if at least one signature verifies under `key`.
+pub fn verify_envelope(env: &Envelope, key: &VerifyingKey) -> Result<Vec<u8>, String> {
+    let payload = b64_decode(&env.payload).ok_or("payload is not valid base64")?;
+    let message = pae(&env.payload_type, &payload);
+    for s in &env.signatures {
+        let Some(raw) = b64_decode(&s.sig) else {
+            continue;
+        };
+        let Ok(sig) = Signature::from_slice(&raw) else {
+            continue;
+        };
+        if key.verify(&message, &sig).is_ok() {
+            return Ok(payload);
+        }
+    }
+    if env.signatures.is_empty() {
+        Err("envelope carries no signature".into())
+    } else {
+        Err("no signature verifies under the trusted key".into())
+    }
+}
+
+/// Sign a 32-byte digest (the lease fingerprint).
+pub fn sign_digest(key: &SigningKey, digest: &[u8]) -> String {
+    STANDARD.encode(key.sign(digest).to_bytes())
+}
+
+pub fn verify_digest(key: &VerifyingKey, digest: &[u8], sig_b64: &str) -> bool {
+    b64_decode(sig_b64)
+        .and_then(|raw| Signature::from_slice(&raw).ok())
+        .is_some_and(|sig| key.verify(digest, &sig).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The DSSE specification's published PAE example.
+    #[test]
+    fn pae_matches_dsse_spec_vector() {
+        let got = pae("http://example.com/HelloWorld", b"hello world");
+        assert_eq!(
+            got,
+            b"DSSEv1 29 http://example.com/HelloWorld 11 hello world".to_vec()
+        );
+    }
+
+    #[test]
+    fn envelope_roundtrip_and_tamper() {
+        let k = SigningKey::from_bytes(&[7u8; 32]);
+        let env = sign_envelope(Some(&k), "t", b"{}");
+        assert_eq!(verify_envelope(&env, &k.verifying_key()).ok(), Some(b"{}".to_vec()));
+        let mut bad = env.clone();
+        bad.payload_type = "u".into();
+        assert!(verify_envelope(&bad, &k.verifying_key()).is_err());
+        let other = SigningKey::from_bytes(&[8u8; 32]);
+        assert!(verify_envelope(&env, &other.verifying_key()).is_err());
+    }
+}

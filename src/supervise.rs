@@ -1,0 +1,438 @@
+//! The bounded process lifecycle: spawn, drain, deadline, TERM → grace →
+//! KILL, reap, and *observe* that every process of the run is gone.
+//!
+//! governed-exec is a child subreaper, so every descendant — including those
+//! that `setsid` or double-fork away from the process group — is re-parented
+//! to it when its parent dies and stays findable through
+//! `/proc/self/task/*/children`. Cleanup walks that tree, signals each process
+//! through a pidfd opened after checking its parent (so a reused pid is never
+//! hit), reaps what it can, and repeats until nothing is left or the confirm
+//! bound passes; only "nothing left" is reported as `gone`.
+//!
+//! The main process is observed with `waitid(WNOWAIT)` and reaped last, so
+//! its pid — which is also the process group id — stays pinned while we
+//! signal the group.
+//!
+//! Signals to governed-exec (TERM/INT/HUP) and SIGCHLD are blocked in every
+//! thread from the start of `main` and read through a signalfd in the same
+//! `poll` as the main process's pidfd and the output-cap notification.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::resource::{getrusage, UsageWho};
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::signalfd::SignalFd;
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::capture::StreamCapture;
+use crate::model::{Cleanup, CleanupState, Limits, Resources, StreamRecord};
+use crate::sys::{self, ChildStep, SpawnSpec, Spawned};
+
+/// How long cleanup may take to observe every process gone before the
+/// outcome becomes `unknown`.
+pub const CONFIRM_BOUND: Duration = Duration::from_secs(5);
+/// How long the output pipes may stay open after the whole tree is gone
+/// (only something outside the run, holding a passed fd, can do that).
+pub const DRAIN_BOUND: Duration = Duration::from_secs(2);
+pub const CLEANUP_MECHANISM: &str = "subreaper+proc_children+pidfd";
+
+/// The signals governed-exec handles itself; blocked in every thread.
+pub fn handled_signals() -> nix::sys::signal::SigSet {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
+        set.add(s);
+    }
+    set
+}
+
+/// Why the run ended, before the exit status is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    MainExited,
+    TimedOut,
+    OutputCapped,
+    Cancelled(i32),
+}
+
+pub struct Supervised {
+    pub ending: Ending,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub cleanup: Cleanup,
+    pub stdout: StreamRecord,
+    pub stderr: StreamRecord,
+    pub resources: Resources,
+    pub started: SystemTime,
+    pub ended: SystemTime,
+}
+
+pub enum RunResult {
+    NotExecuted { step: ChildStep, errno: i32 },
+    Ran(Box<Supervised>),
+}
+
+/// Shared by both drain threads: total output and the hard cap.
+struct OutputBudget {
+    total: AtomicU64,
+    cap: u64,
+    tripped: AtomicBool,
+    notify: File,
+}
+
+impl OutputBudget {
+    fn add(&self, n: u64) {
+        let total = self.total.fetch_add(n, Ordering::Relaxed) + n;
+        if total > self.cap && !self.tripped.swap(true, Ordering::Relaxed) {
+            let _ = (&self.notify).write_all(&[1]);
+        }
+    }
+}
+
+fn drain(mut pipe: File, keep: u64, budget: Arc<OutputBudget>, mirror: bool) -> StreamCapture {
+    let mut cap = StreamCapture::new(keep);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                cap.push(&buf[..n]);
+                budget.add(n as u64);
+                if mirror {
+                    let _ = std::io::stderr().lock().write_all(&buf[..n]);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    cap
+}
+
+/// Everything needed to run one governed child.
+pub struct Plan<'a> {
+    pub spec: SpawnSpec<'a>,
+    pub limits: Limits,
+    pub mirror: bool,
+    pub signals: &'a mut SignalFd,
+}
+
+pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
+    let Plan {
+        mut spec,
+        limits,
+        mirror,
+        signals,
+    } = plan;
+    let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
+    let (out_r, out_w) = nix::unistd::pipe2(cloexec)?;
+    let (err_r, err_w) = nix::unistd::pipe2(cloexec)?;
+    let (note_r, note_w) = nix::unistd::pipe2(cloexec)?;
+    spec.stdout_fd = out_w.as_raw_fd();
+    spec.stderr_fd = err_w.as_raw_fd();
+
+    let started = SystemTime::now();
+    let t0 = Instant::now();
+    let pid = match sys::spawn(&spec)? {
+        Spawned::Failed { step, errno } => return Ok(RunResult::NotExecuted { step, errno }),
+        Spawned::Running(pid) => pid,
+    };
+    drop(out_w);
+    drop(err_w);
+    let main = Pid::from_raw(pid);
+    let pidfd = sys::pidfd_open(pid)?;
+
+    let budget = Arc::new(OutputBudget {
+        total: AtomicU64::new(0),
+        cap: limits.output_cap_bytes,
+        tripped: AtomicBool::new(false),
+        notify: File::from(note_w),
+    });
+    let (tx, rx) = mpsc::channel::<(usize, StreamCapture)>();
+    for (idx, pipe) in [out_r, err_r].into_iter().enumerate() {
+        let tx = tx.clone();
+        let budget = budget.clone();
+        let keep = limits.keep_output_bytes;
+        std::thread::Builder::new()
+            .name(format!("drain-{idx}"))
+            .spawn(move || {
+                let cap = drain(File::from(pipe), keep, budget, mirror);
+                let _ = tx.send((idx, cap));
+            })?;
+    }
+    drop(tx);
+
+    let deadline = t0 + Duration::from_millis(limits.wall_time_ms);
+    let ending = wait_for_ending(main, &pidfd, signals, &note_r, deadline)?;
+    let grace = Duration::from_millis(limits.kill_grace_ms);
+    match ending {
+        Ending::TimedOut | Ending::Cancelled(_) => {
+            signal_tree(main, Signal::SIGTERM, true);
+            signal_tree(main, Signal::SIGCONT, true);
+            wait_main_exit(main, &pidfd, signals, grace);
+        }
+        Ending::OutputCapped | Ending::MainExited => {}
+    }
+    let main_exited_first = ending == Ending::MainExited;
+    let cleanup = kill_all_and_confirm(main, main_exited_first);
+    let status = waitpid(main, None).ok();
+    let (exit_code, signal) = match status {
+        Some(WaitStatus::Exited(_, code)) => (Some(code), None),
+        Some(WaitStatus::Signaled(_, sig, _)) => (None, Some(sig as i32)),
+        _ => (None, None),
+    };
+
+    // The tree is gone, so the pipes' write ends are closed unless something
+    // outside the run holds one: never wait for it past the bound.
+    let mut streams: [Option<StreamCapture>; 2] = [None, None];
+    let drain_deadline = Instant::now() + DRAIN_BOUND;
+    while streams.iter().any(Option::is_none) {
+        let left = drain_deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((idx, cap)) => streams[idx] = Some(cap),
+            Err(_) => break,
+        }
+    }
+    let [so, se] = streams;
+    let finish = |c: Option<StreamCapture>| match c {
+        Some(c) => c.finish(true),
+        None => StreamCapture::new(0).finish(false),
+    };
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN)?;
+    let ms = |tv: nix::sys::time::TimeVal| (tv.tv_sec() as u64) * 1000 + (tv.tv_usec() as u64) / 1000;
+    Ok(RunResult::Ran(Box::new(Supervised {
+        ending,
+        exit_code,
+        signal,
+        cleanup,
+        stdout: finish(so),
+        stderr: finish(se),
+        resources: Resources {
+            cpu_user_ms: ms(usage.user_time()),
+            cpu_system_ms: ms(usage.system_time()),
+            peak_rss_kib: usage.max_rss() as u64,
+        },
+        started,
+        ended: SystemTime::now(),
+    })))
+}
+
+/// Wait for the first of: main exit, deadline, output cap, a cancelling signal.
+fn wait_for_ending(
+    main: Pid,
+    pidfd: &OwnedFd,
+    signals: &mut SignalFd,
+    note: &OwnedFd,
+    deadline: Instant,
+) -> std::io::Result<Ending> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Ending::TimedOut);
+        }
+        let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX);
+        let mut fds = [
+            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+            PollFd::new(note.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
+        let (main_ready, sig_ready, note_ready) = (ready(0), ready(1), ready(2));
+        if note_ready {
+            return Ok(Ending::OutputCapped);
+        }
+        if sig_ready {
+            if let Some(sig) = read_signals(signals, main) {
+                return Ok(Ending::Cancelled(sig));
+            }
+        }
+        if main_ready && main_has_exited(main) {
+            return Ok(Ending::MainExited);
+        }
+    }
+}
+
+/// Drain the signalfd: reap stray zombies on SIGCHLD, return a cancelling
+/// signal if one arrived.
+fn read_signals(signals: &mut SignalFd, main: Pid) -> Option<i32> {
+    let mut cancel = None;
+    while let Ok(Some(info)) = signals.read_signal() {
+        let sig = info.ssi_signo as i32;
+        if sig == libc::SIGCHLD {
+            reap_strays(main);
+        } else if cancel.is_none() {
+            cancel = Some(sig);
+        }
+    }
+    cancel
+}
+
+fn main_has_exited(main: Pid) -> bool {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    !matches!(waitid(Id::Pid(main), flags), Ok(WaitStatus::StillAlive) | Err(_))
+}
+
+/// During the grace period: wait for the main process, or a second
+/// cancelling signal, which cuts the grace short.
+fn wait_main_exit(main: Pid, pidfd: &OwnedFd, signals: &mut SignalFd, grace: Duration) {
+    let end = Instant::now() + grace;
+    while !main_has_exited(main) {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX);
+        let mut fds = [
+            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+        ];
+        if poll(&mut fds, timeout).is_err() {
+            continue;
+        }
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) && read_signals(signals, main).is_some() {
+            return;
+        }
+    }
+}
+
+/// One process found in our tree.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    pid: i32,
+    ppid: i32,
+}
+
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
+/// Every descendant of this process, breadth first.
+fn descendants() -> Vec<Node> {
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    let mut queue = vec![me];
+    let mut seen = HashSet::new();
+    while let Some(parent) = queue.pop() {
+        for pid in children_of(parent) {
+            if seen.insert(pid) {
+                out.push(Node { pid, ppid: parent });
+                queue.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// `(state, ppid)` from `/proc/PID/stat`.
+fn proc_state(pid: i32) -> Option<(char, i32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &s[s.rfind(')')? + 2..];
+    let mut it = after.split_whitespace();
+    let state = it.next()?.chars().next()?;
+    let ppid = it.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Signal `node` through a pidfd, after checking that the pid still belongs
+/// to the process we found under `node.ppid`. Returns whether it was alive
+/// (not a zombie) and signalled.
+fn signal_node(node: Node, sig: Signal) -> bool {
+    let Ok(fd) = sys::pidfd_open(node.pid) else {
+        return false;
+    };
+    match proc_state(node.pid) {
+        Some((state, ppid)) if ppid == node.ppid && state != 'Z' && state != 'X' => {
+            sys::pidfd_send_signal(&fd, sig as i32).is_ok()
+        }
+        _ => false,
+    }
+}
+
+/// Signal the main process's group (its pid is pinned until we reap it) and
+/// every descendant found in the tree.
+fn signal_tree(main: Pid, sig: Signal, include_main: bool) {
+    let _ = killpg(main, sig);
+    for node in descendants() {
+        if include_main || node.pid != main.as_raw() {
+            signal_node(node, sig);
+        }
+    }
+}
+
+/// Reap zombies among our direct children other than the main process.
+fn reap_strays(main: Pid) {
+    let me = std::process::id() as i32;
+    for pid in children_of(me) {
+        if pid != main.as_raw() {
+            let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
+        }
+    }
+}
+
+/// SIGKILL everything until the tree is observed empty (the main process
+/// only as an unreaped zombie), or the confirm bound passes.
+fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool) -> Cleanup {
+    let end = Instant::now() + CONFIRM_BOUND;
+    let mut killed: HashSet<i32> = HashSet::new();
+    let mut pause = Duration::from_micros(200);
+    loop {
+        if !main_has_exited(main) {
+            let _ = killpg(main, Signal::SIGKILL);
+        }
+        let tree = descendants();
+        let mut present = Vec::new();
+        for node in &tree {
+            if node.pid == main.as_raw() {
+                continue;
+            }
+            present.push(node.pid);
+            if signal_node(*node, Signal::SIGKILL) {
+                killed.insert(node.pid);
+            }
+        }
+        reap_strays(main);
+        let main_done = main_has_exited(main);
+        if present.is_empty() && main_done {
+            return Cleanup {
+                state: CleanupState::Gone,
+                mechanism: CLEANUP_MECHANISM.into(),
+                leftover_processes_killed: if count_as_leftovers { killed.len() as u64 } else { 0 },
+                unconfirmed_pids: vec![],
+            };
+        }
+        if Instant::now() >= end {
+            if !main_done {
+                present.push(main.as_raw());
+            }
+            return Cleanup {
+                state: CleanupState::NotConfirmed,
+                mechanism: CLEANUP_MECHANISM.into(),
+                leftover_processes_killed: if count_as_leftovers { killed.len() as u64 } else { 0 },
+                unconfirmed_pids: present,
+            };
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}

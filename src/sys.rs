@@ -1,0 +1,495 @@
+//! The only module with `unsafe`: raw syscalls the safe crates do not cover.
+//!
+//! Everything here is a thin, documented wrapper. The one large piece is
+//! [`spawn`], the fork-and-exec of the governed child: between `fork` and
+//! `execveat` the child may only make async-signal-safe raw syscalls, so every
+//! argument (argv/envp pointer arrays, rlimits, fd numbers, credentials, the
+//! Landlock ruleset fd) is prepared by the parent before `fork`, and the child
+//! reports a failing step through a close-on-exec pipe instead of panicking.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// The fd number the verified executable is placed at in the child. For a
+/// `#!` script it stays open (the kernel hands the interpreter `/dev/fd/3`);
+/// for any other file it is close-on-exec.
+pub const CHILD_EXE_FD: RawFd = 3;
+/// Close-on-exec fd in the child on which a failed setup step is reported.
+const CHILD_ERR_FD: RawFd = 4;
+/// Fds the parent passes to the child are moved at or above this number first,
+/// so the child's `dup2` onto 0..=4 can never clobber one it still needs.
+const HIGH_FD_FLOOR: RawFd = 10;
+
+fn cvt(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `pidfd_open(2)`: a handle to one process that can never name another one
+/// after the pid is reused.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments; on success it returns a new
+    // fd that nothing else owns.
+    let fd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `pidfd_send_signal(2)`.
+pub fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: integer arguments and a null siginfo pointer, which the syscall
+    // documents as "behave like kill(2)".
+    cvt(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    })?;
+    Ok(())
+}
+
+/// Mark this process a child subreaper: orphaned descendants (double fork,
+/// `setsid` daemons) are re-parented to us instead of to init, so they stay
+/// ours to find, kill and reap.
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    cvt(r as libc::c_long).map(|_| ())
+}
+
+/// Birth time of the file behind `fd`, in nanoseconds since the epoch, when
+/// the filesystem reports one (`statx` with `STATX_BTIME`).
+pub fn birth_time_ns(fd: RawFd) -> Option<i64> {
+    // SAFETY: an all-zero `statx` is a valid value of this plain C struct.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let empty = c"";
+    // SAFETY: `fd` is a valid open fd owned by the caller, `empty` is a valid
+    // NUL-terminated string, and `stx` is a properly sized out-buffer.
+    let r = unsafe {
+        libc::statx(
+            fd,
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BTIME,
+            &mut stx,
+        )
+    };
+    if r != 0 || stx.stx_mask & libc::STATX_BTIME == 0 {
+        return None;
+    }
+    Some(stx.stx_btime.tv_sec * 1_000_000_000 + i64::from(stx.stx_btime.tv_nsec))
+}
+
+/// The inode generation (`FS_IOC_GETVERSION`), which changes when an inode
+/// number is reused, where the filesystem supports it.
+pub fn inode_generation(fd: RawFd) -> Option<i64> {
+    const FS_IOC_GETVERSION: libc::c_ulong = 0x8008_7601;
+    let mut generation: libc::c_long = 0;
+    // SAFETY: the ioctl writes one `long` into `generation`, which outlives it.
+    let r = unsafe { libc::ioctl(fd, FS_IOC_GETVERSION as _, &mut generation) };
+    (r == 0).then_some(generation as i64)
+}
+
+/// The Landlock ABI version the running kernel offers, or `None`.
+pub fn landlock_abi_version() -> Option<i64> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: documented probe form of the syscall: null attr, size 0, the
+    // VERSION flag; it returns a number, not an fd.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    (r > 0).then_some(r as i64)
+}
+
+/// The highest capability number this kernel knows.
+pub fn cap_last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+/// Bring the loopback interface up in the current (fresh) network namespace.
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: creating a socket has no memory-safety preconditions.
+    let sock = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if sock < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `sock` was just created and is owned only here.
+    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+    // SAFETY: an all-zero ifreq is valid; we fill the name and flags below.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the name and writes the flags union of `req`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just initialised the flags member of the union.
+    unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+    // SAFETY: SIOCSIFFLAGS reads `req`, which is fully initialised.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Move `fd` to a number at or above [`HIGH_FD_FLOOR`], close-on-exec.
+pub fn dup_high(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC duplicates a caller-owned fd into a fresh one.
+    let r = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, HIGH_FD_FLOOR) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `r` is a new fd owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(r) })
+}
+
+/// Credentials the child switches to before exec (only when running as root).
+#[derive(Debug, Clone, Copy)]
+pub struct ChildCreds {
+    pub uid: libc::uid_t,
+    pub gid: libc::gid_t,
+}
+
+/// Everything the forked child needs, prepared before `fork`.
+pub struct SpawnSpec<'a> {
+    pub exe_fd: RawFd,
+    /// Keep the executable fd open across exec (a `#!` script).
+    pub exe_is_script: bool,
+    pub cwd_fd: RawFd,
+    pub stdin_fd: RawFd,
+    pub stdout_fd: RawFd,
+    pub stderr_fd: RawFd,
+    pub argv: &'a [CString],
+    pub envp: &'a [CString],
+    pub rlimits: &'a [(libc::__rlimit_resource_t, u64)],
+    pub creds: Option<ChildCreds>,
+    pub landlock_ruleset_fd: Option<RawFd>,
+}
+
+/// Which setup step of the child failed, reported through the error pipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildStep {
+    Setsid = 1,
+    DeathSignal,
+    ParentGone,
+    Chdir,
+    Rlimit,
+    Credentials,
+    NoNewPrivs,
+    Landlock,
+    Stdio,
+    CloseFds,
+    Exec,
+}
+
+impl ChildStep {
+    fn from_u8(v: u8) -> Option<Self> {
+        use ChildStep::*;
+        [
+            Setsid,
+            DeathSignal,
+            ParentGone,
+            Chdir,
+            Rlimit,
+            Credentials,
+            NoNewPrivs,
+            Landlock,
+            Stdio,
+            CloseFds,
+            Exec,
+        ]
+        .into_iter()
+        .find(|s| *s as u8 == v)
+    }
+}
+
+/// Result of [`spawn`].
+pub enum Spawned {
+    /// The child reached `execveat` successfully.
+    Running(libc::pid_t),
+    /// A setup step or the exec itself failed; the child has already exited
+    /// and been reaped. No program of the request ran.
+    Failed { step: ChildStep, errno: i32 },
+}
+
+/// Fork the governed child and exec the verified executable through its fd.
+pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
+    // Everything the child touches is prepared here, before fork.
+    let exe = dup_high(spec.exe_fd)?;
+    let cwd = dup_high(spec.cwd_fd)?;
+    let stdin = dup_high(spec.stdin_fd)?;
+    let stdout = dup_high(spec.stdout_fd)?;
+    let stderr = dup_high(spec.stderr_fd)?;
+    let landlock = spec.landlock_ruleset_fd.map(dup_high).transpose()?;
+    let (err_r, err_w_low) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let err_w = dup_high(err_w_low.as_raw_fd())?;
+    // Only the child may hold a write end, or EOF would never come.
+    drop(err_w_low);
+    let mut argv: Vec<*const libc::c_char> = spec.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = spec.envp.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let child = ChildPlan {
+        exe: exe.as_raw_fd(),
+        exe_is_script: spec.exe_is_script,
+        cwd: cwd.as_raw_fd(),
+        stdio: [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
+        err_w: err_w.as_raw_fd(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        rlimits: spec.rlimits,
+        creds: spec.creds,
+        cap_last: cap_last_cap(),
+        landlock: landlock.as_ref().map(|f| f.as_raw_fd()),
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
+    };
+
+    // SAFETY: the child only runs `child_main`, which makes raw,
+    // async-signal-safe syscalls on data prepared above and never returns.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: we are the freshly forked child; see `child_main`.
+        unsafe { child_main(&child) }
+    }
+    drop(err_w);
+    let mut report = [0u8; 5];
+    let n = read_full(err_r.as_raw_fd(), &mut report)?;
+    if n == 0 {
+        return Ok(Spawned::Running(pid));
+    }
+    // The child failed before or at exec and has exited: reap it now.
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+    let step = ChildStep::from_u8(report[0]).unwrap_or(ChildStep::Exec);
+    let errno = i32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
+    Ok(Spawned::Failed { step, errno })
+}
+
+fn read_full(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match nix::unistd::read(fd, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(got)
+}
+
+struct ChildPlan<'a> {
+    exe: RawFd,
+    exe_is_script: bool,
+    cwd: RawFd,
+    stdio: [RawFd; 3],
+    err_w: RawFd,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    rlimits: &'a [(libc::__rlimit_resource_t, u64)],
+    creds: Option<ChildCreds>,
+    cap_last: u32,
+    landlock: Option<RawFd>,
+    parent: libc::pid_t,
+}
+
+/// Report the failing step and errno, then `_exit`.
+///
+/// # Safety
+/// Only called in the forked child.
+unsafe fn child_fail(err_w: RawFd, step: ChildStep) -> ! {
+    // SAFETY: __errno_location is async-signal-safe and always valid.
+    let errno = unsafe { *libc::__errno_location() };
+    let e = errno.to_ne_bytes();
+    let msg = [step as u8, e[0], e[1], e[2], e[3]];
+    // SAFETY: write of a stack buffer to an fd we own; _exit never returns.
+    unsafe {
+        libc::write(err_w, msg.as_ptr().cast(), msg.len());
+        libc::_exit(127)
+    }
+}
+
+/// The child between fork and exec. Only raw syscalls, no allocation, no locks.
+///
+/// # Safety
+/// Must be called only in the child of `fork`, with `p` prepared by [`spawn`].
+unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
+    // SAFETY: every call below is a raw, async-signal-safe
+    // syscall on integers, fds prepared by the parent, or pointers into
+    // memory the parent built before fork and that the child's copy of the
+    // address space still holds.
+    unsafe {
+        // Default dispositions and an empty mask: the parent blocks the
+        // signals it reads through a signalfd, and the Rust runtime ignores
+        // SIGPIPE; neither may leak into the governed program.
+        for sig in 1..libc::SIGRTMAX() {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+
+        if libc::setsid() < 0 {
+            child_fail(p.err_w, ChildStep::Setsid);
+        }
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+            child_fail(p.err_w, ChildStep::DeathSignal);
+        }
+        // Close the race: the parent may have died before PDEATHSIG was set.
+        if libc::getppid() != p.parent {
+            child_fail(p.err_w, ChildStep::ParentGone);
+        }
+        if libc::fchdir(p.cwd) < 0 {
+            child_fail(p.err_w, ChildStep::Chdir);
+        }
+        for &(resource, value) in p.rlimits {
+            let lim = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            if libc::setrlimit(resource, &lim) < 0 {
+                child_fail(p.err_w, ChildStep::Rlimit);
+            }
+        }
+        if let Some(creds) = p.creds {
+            drop_to(creds, p.cap_last, p.err_w);
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+            child_fail(p.err_w, ChildStep::NoNewPrivs);
+        }
+        if let Some(ruleset) = p.landlock {
+            if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0) < 0 {
+                child_fail(p.err_w, ChildStep::Landlock);
+            }
+        }
+        for (target, &fd) in p.stdio.iter().enumerate() {
+            if libc::dup2(fd, target as RawFd) < 0 {
+                child_fail(p.err_w, ChildStep::Stdio);
+            }
+        }
+        // dup2 clears close-on-exec on the new number.
+        if libc::dup2(p.exe, CHILD_EXE_FD) < 0 {
+            child_fail(p.err_w, ChildStep::Stdio);
+        }
+        if libc::dup3(p.err_w, CHILD_ERR_FD, libc::O_CLOEXEC) < 0 {
+            child_fail(p.err_w, ChildStep::Stdio);
+        }
+        let err_w = CHILD_ERR_FD;
+        if libc::syscall(libc::SYS_close_range, CHILD_ERR_FD + 1, libc::c_uint::MAX, 0) < 0 {
+            child_fail(err_w, ChildStep::CloseFds);
+        }
+        if !p.exe_is_script && libc::fcntl(CHILD_EXE_FD, libc::F_SETFD, libc::FD_CLOEXEC) < 0 {
+            child_fail(err_w, ChildStep::CloseFds);
+        }
+        libc::syscall(
+            libc::SYS_execveat,
+            CHILD_EXE_FD,
+            c"".as_ptr(),
+            p.argv,
+            p.envp,
+            libc::AT_EMPTY_PATH,
+        );
+        child_fail(err_w, ChildStep::Exec)
+    }
+}
+
+/// Become `creds` with no supplementary groups and every capability set empty.
+///
+/// # Safety
+/// Only in the forked child.
+unsafe fn drop_to(creds: ChildCreds, cap_last: u32, err_w: RawFd) {
+    // SAFETY: raw prctl/setgroups/setres[ug]id/capset syscalls on integers
+    // and stack structs, async-signal-safe.
+    unsafe {
+        if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 {
+            child_fail(err_w, ChildStep::Credentials);
+        }
+        for cap in 0..=cap_last {
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0 {
+                let errno = *libc::__errno_location();
+                // EINVAL: a capability number this kernel does not know.
+                if errno != libc::EINVAL {
+                    child_fail(err_w, ChildStep::Credentials);
+                }
+            }
+        }
+        if libc::setgroups(0, std::ptr::null()) < 0
+            || libc::setresgid(creds.gid, creds.gid, creds.gid) < 0
+            || libc::setresuid(creds.uid, creds.uid, creds.uid) < 0
+        {
+            child_fail(err_w, ChildStep::Credentials);
+        }
+        // setresuid away from 0 already cleared permitted and effective;
+        // clear inheritable too (and everything, if the target uid is 0).
+        #[repr(C)]
+        struct CapHeader {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        struct CapData {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let header = CapHeader {
+            version: 0x2008_0522,
+            pid: 0,
+        };
+        let data = [
+            CapData {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            },
+            CapData {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            },
+        ];
+        if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) < 0 {
+            child_fail(err_w, ChildStep::Credentials);
+        }
+    }
+}
+
+impl std::fmt::Display for ChildStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = match self {
+            ChildStep::Setsid => "setsid",
+            ChildStep::DeathSignal => "set the parent-death signal",
+            ChildStep::ParentGone => "start (governed-exec died during fork)",
+            ChildStep::Chdir => "enter the cwd",
+            ChildStep::Rlimit => "set an rlimit",
+            ChildStep::Credentials => "switch uid/gid and drop capabilities",
+            ChildStep::NoNewPrivs => "set no_new_privs",
+            ChildStep::Landlock => "apply the Landlock ruleset",
+            ChildStep::Stdio => "set up stdio",
+            ChildStep::CloseFds => "close inherited fds",
+            ChildStep::Exec => "execveat",
+        };
+        f.write_str(s)
+    }
+}
