@@ -130,7 +130,9 @@ pub fn admit(ctx: &Context<'_>, selection: &Selection) -> Result<Admitted, Refus
 fn check(ctx: &Context<'_>, lease: &Lease) -> Result<Admitted, (usize, Refusal)> {
     let body = &lease.body;
     let id = &body.lease_id;
-    let refuse = |stage: usize, reason: Reason, msg: String| Err((stage, Refusal::for_lease(reason, msg, lease)));
+    let refuse = |stage: usize, reason: Reason, msg: String| {
+        Err((stage, Refusal::for_lease(reason, msg, lease)))
+    };
 
     if !lease::signature_valid(lease, ctx.trust) {
         return refuse(0, Reason::LeaseSignatureInvalid, format!(
@@ -148,31 +150,53 @@ fn check(ctx: &Context<'_>, lease: &Lease) -> Result<Admitted, (usize, Refusal)>
         ));
     }
     let parse_time = |s: &str| humantime::parse_rfc3339_weak(s).ok();
-    let (Some(issued), Some(expires)) = (parse_time(&body.issued_at), parse_time(&body.expires_at)) else {
-        return refuse(0, Reason::LeaseSignatureInvalid, format!("lease {id}: unreadable validity times"));
+    let (Some(issued), Some(expires)) = (parse_time(&body.issued_at), parse_time(&body.expires_at))
+    else {
+        return refuse(
+            0,
+            Reason::LeaseSignatureInvalid,
+            format!("lease {id}: unreadable validity times"),
+        );
     };
     if ctx.now < issued {
-        return refuse(3, Reason::LeaseNotYetValid, format!("lease {id} is valid only from {}", body.issued_at));
+        return refuse(
+            3,
+            Reason::LeaseNotYetValid,
+            format!("lease {id} is valid only from {}", body.issued_at),
+        );
     }
     if ctx.now >= expires {
-        return refuse(3, Reason::LeaseExpired, format!("lease {id} expired at {}", body.expires_at));
+        return refuse(
+            3,
+            Reason::LeaseExpired,
+            format!("lease {id} expired at {}", body.expires_at),
+        );
     }
     let spent = ctx.journal.uses_spent(id);
     if spent >= body.max_uses {
-        return refuse(4, Reason::LeaseExhausted, format!(
-            "lease {id} has spent all {} of its uses", body.max_uses
-        ));
+        return refuse(
+            4,
+            Reason::LeaseExhausted,
+            format!("lease {id} has spent all {} of its uses", body.max_uses),
+        );
     }
 
     // Identity, on the fds that will be used.
     let workspace = identity::open_dir(Path::new(&body.workspace.path)).map_err(|e| {
-        (5, Refusal::for_lease(Reason::WorkspaceDrift, format!("workspace: {e}"), lease))
+        (
+            5,
+            Refusal::for_lease(Reason::WorkspaceDrift, format!("workspace: {e}"), lease),
+        )
     })?;
     if let Some(d) = identity::dir_difference("workspace", &body.workspace, &workspace.identity) {
         return refuse(5, Reason::WorkspaceDrift, d);
     }
-    let cwd = identity::open_dir(Path::new(&body.cwd.path))
-        .map_err(|e| (6, Refusal::for_lease(Reason::CwdDrift, format!("cwd: {e}"), lease)))?;
+    let cwd = identity::open_dir(Path::new(&body.cwd.path)).map_err(|e| {
+        (
+            6,
+            Refusal::for_lease(Reason::CwdDrift, format!("cwd: {e}"), lease),
+        )
+    })?;
     if let Some(d) = identity::dir_difference("cwd", &body.cwd, &cwd.identity) {
         return refuse(6, Reason::CwdDrift, d);
     }
@@ -180,9 +204,16 @@ fn check(ctx: &Context<'_>, lease: &Lease) -> Result<Admitted, (usize, Refusal)>
         &body.request.executable,
         &body.env.path,
         Path::new(&body.cwd.path),
-        body.executable.size.max(identity::DEFAULT_MAX_EXECUTABLE_BYTES),
+        body.executable
+            .size
+            .max(identity::DEFAULT_MAX_EXECUTABLE_BYTES),
     )
-    .map_err(|e| (7, Refusal::for_lease(Reason::ExecutableDrift, e.to_string(), lease)))?;
+    .map_err(|e| {
+        (
+            7,
+            Refusal::for_lease(Reason::ExecutableDrift, e.to_string(), lease),
+        )
+    })?;
     if let Some(d) = identity::executable_difference(&body.executable, &exe.identity) {
         return refuse(7, Reason::ExecutableDrift, d);
     }

@@ -10,7 +10,9 @@ use crate::identity::{self, CLEAN_PATH};
 use crate::isolation::boundary_text;
 use crate::lease;
 use crate::limits::{format_ms, format_size, tier};
-use crate::model::{EnvPolicy, IsolationRequest, LeaseBody, Limits, Profile, Request, UserSpec, LEASE_SCHEMA};
+use crate::model::{
+    EnvPolicy, IsolationRequest, LeaseBody, Limits, Profile, Request, UserSpec, LEASE_SCHEMA,
+};
 use crate::run::{new_id, read_request};
 use crate::{env, sign};
 
@@ -105,12 +107,21 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
     let goal = goal::load(&a.goal)?;
     let key = sign::load_signing_key(&a.key).map_err(|e| e.to_string())?;
     let request = match (&a.request, a.command.is_empty()) {
-        (Some(_), false) => return Err("give either --request FILE or -- EXECUTABLE [ARG...], not both".into()),
-        (None, true) => return Err("nothing to approve: give --request FILE or -- EXECUTABLE [ARG...]".into()),
+        (Some(_), false) => {
+            return Err("give either --request FILE or -- EXECUTABLE [ARG...], not both".into())
+        }
+        (None, true) => {
+            return Err("nothing to approve: give --request FILE or -- EXECUTABLE [ARG...]".into())
+        }
         (Some(src), true) => {
             let r = read_request(src)?;
-            if a.profile.is_some_and(|p| p != r.profile) || a.cwd.as_ref().is_some_and(|c| c != &r.cwd) {
-                return Err("--profile/--cwd disagree with the request file; the request file decides".into());
+            if a.profile.is_some_and(|p| p != r.profile)
+                || a.cwd.as_ref().is_some_and(|c| c != &r.cwd)
+            {
+                return Err(
+                    "--profile/--cwd disagree with the request file; the request file decides"
+                        .into(),
+                );
             }
             r
         }
@@ -139,17 +150,25 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         let (k, v) = env::parse_assignment(s)?;
         fixed.insert(k, v);
     }
-    let path = fixed.remove("PATH").unwrap_or_else(|| CLEAN_PATH.to_string());
+    let path = fixed
+        .remove("PATH")
+        .unwrap_or_else(|| CLEAN_PATH.to_string());
     let env_policy = EnvPolicy { path, fixed };
-    let exe = identity::open_executable(&request.executable, &env_policy.path, &cwd_path, a.max_executable_size)
-        .map_err(|e| e.to_string())?;
+    let exe = identity::open_executable(
+        &request.executable,
+        &env_policy.path,
+        &cwd_path,
+        a.max_executable_size,
+    )
+    .map_err(|e| e.to_string())?;
 
     let limits = apply_overrides(tier(request.profile), &a.limits)?;
     let mut fs_write = None;
     if !a.fs_write.is_empty() || a.fs_write_scope {
         let mut paths = Vec::new();
         for p in &a.fs_write {
-            let c = std::fs::canonicalize(p).map_err(|e| format!("--fs-write {}: {e}", p.display()))?;
+            let c =
+                std::fs::canonicalize(p).map_err(|e| format!("--fs-write {}: {e}", p.display()))?;
             paths.push(c.display().to_string());
         }
         fs_write = Some(paths);
@@ -203,21 +222,41 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
     let mut out = String::new();
     let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<13} {v}\n"));
     line("lease", b.lease_id.clone());
-    line("goal", format!("{} revision {} (sha256 {})", q(&b.goal.id), b.goal.revision, b.goal.sha256));
-    line("executable", format!("{} resolves to {}", q(&e.requested), e.canonical_path));
+    line(
+        "goal",
+        format!(
+            "{} revision {} (sha256 {})",
+            q(&b.goal.id),
+            b.goal.revision,
+            b.goal.sha256
+        ),
+    );
+    line(
+        "executable",
+        format!("{} resolves to {}", q(&e.requested), e.canonical_path),
+    );
     for hop in &e.symlink_chain {
         line("  via symlink", format!("{} -> {}", hop.path, hop.target));
     }
-    line("sha256", format!("{} ({} bytes, inode {})", e.sha256, e.size, e.inode));
+    line(
+        "sha256",
+        format!("{} ({} bytes, inode {})", e.sha256, e.size, e.inode),
+    );
     if let Some(i) = &e.interpreter {
-        line("interpreter", format!("#!{i} (a script: the interpreter is not pinned by hash)"));
+        line(
+            "interpreter",
+            format!("#!{i} (a script: the interpreter is not pinned by hash)"),
+        );
     }
     let argv: Vec<String> = std::iter::once(&b.request.executable)
         .chain(&b.request.argv)
         .map(|a| q(a))
         .collect();
     line("argv", format!("[{}] (literal: no shell)", argv.join(", ")));
-    line("cwd", format!("{} (workspace {})", b.cwd.path, b.workspace.path));
+    line(
+        "cwd",
+        format!("{} (workspace {})", b.cwd.path, b.workspace.path),
+    );
     for (what, d) in [("workspace", &b.workspace), ("cwd", &b.cwd)] {
         if d.creation.is_none() {
             line("warning", format!("the filesystem of the {what} offers no creation stamp: re-creation at the same inode cannot be detected there"));
@@ -231,10 +270,25 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         l.max_processes, l.max_open_files, format_size(l.max_file_size_bytes), format_size(l.keep_output_bytes), format_size(l.output_cap_bytes)
     ));
     line("environment", env::describe(&b.env));
-    line("stdin", "/dev/null; no terminal; new session; no inherited fds".into());
-    line("valid", format!("from {} until {} ({}), {} use(s)", b.issued_at, b.expires_at, humantime::format_duration(ttl), b.max_uses));
+    line(
+        "stdin",
+        "/dev/null; no terminal; new session; no inherited fds".into(),
+    );
+    line(
+        "valid",
+        format!(
+            "from {} until {} ({}), {} use(s)",
+            b.issued_at,
+            b.expires_at,
+            humantime::format_duration(ttl),
+            b.max_uses
+        ),
+    );
     line("approver", b.approver.clone());
-    let uid = b.isolation.as_user.map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
+    let uid = b
+        .isolation
+        .as_user
+        .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
     line("boundary", boundary_text(&b.isolation, uid));
     format!("governed-exec: approval summary\n{out}")
 }

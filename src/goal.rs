@@ -77,7 +77,9 @@ pub fn load(path: &Path) -> Result<LoadedGoal, String> {
             }
             if let Some(h) = sha256 {
                 if h.len() != 64 || !h.chars().all(|c| c.is_ascii_hexdigit()) {
-                    return Err(format!("{what}: file criterion {p:?}: `sha256` is not 64 hex digits"));
+                    return Err(format!(
+                        "{what}: file criterion {p:?}: `sha256` is not 64 hex digits"
+                    ));
                 }
             }
         }

@@ -176,7 +176,15 @@ pub fn open_executable(
     }
     let (sha256, interpreter) = hash_file(&file).map_err(io_err)?;
     let after = file.metadata().map_err(io_err)?;
-    let stamp = |m: &fs::Metadata| (m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
+    let stamp = |m: &fs::Metadata| {
+        (
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        )
+    };
     if stamp(&before) != stamp(&after) {
         return Err(IdentityError::ChangedWhileHashing(shown));
     }
@@ -302,7 +310,10 @@ pub fn resolve_cwd(workspace: &Path, rel: &str) -> Result<PathBuf, IdentityError
 }
 
 /// Name the first field in which two executable identities differ.
-pub fn executable_difference(want: &ExecutableIdentity, got: &ExecutableIdentity) -> Option<String> {
+pub fn executable_difference(
+    want: &ExecutableIdentity,
+    got: &ExecutableIdentity,
+) -> Option<String> {
     let fields: [(&str, bool); 9] = [
         ("canonical path", want.canonical_path == got.canonical_path),
         ("symlink chain", want.symlink_chain == got.symlink_chain),
@@ -314,10 +325,12 @@ pub fn executable_difference(want: &ExecutableIdentity, got: &ExecutableIdentity
         ("mtime", want.mtime_ns == got.mtime_ns),
         ("ctime", want.ctime_ns == got.ctime_ns),
     ];
-    fields
-        .iter()
-        .find(|(_, same)| !same)
-        .map(|(name, _)| format!("executable {} changed since approval: {name} differs", want.canonical_path))
+    fields.iter().find(|(_, same)| !same).map(|(name, _)| {
+        format!(
+            "executable {} changed since approval: {name} differs",
+            want.canonical_path
+        )
+    })
 }
 
 /// Name the first field in which two directory identities differ.
@@ -327,10 +340,12 @@ pub fn dir_difference(what: &str, want: &DirIdentity, got: &DirIdentity) -> Opti
         ("inode", want.inode == got.inode),
         ("creation stamp (re-created)", want.creation == got.creation),
     ];
-    fields
-        .iter()
-        .find(|(_, same)| !same)
-        .map(|(name, _)| format!("{what} {} changed since approval: {name} differs", want.path))
+    fields.iter().find(|(_, same)| !same).map(|(name, _)| {
+        format!(
+            "{what} {} changed since approval: {name} differs",
+            want.path
+        )
+    })
 }
 
 #[cfg(test)]

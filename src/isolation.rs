@@ -16,7 +16,7 @@ use landlock::{
     RulesetCreatedAttr, ABI,
 };
 use nix::sched::{unshare, CloneFlags};
-use nix::unistd::{geteuid, getegid};
+use nix::unistd::{getegid, geteuid};
 
 use crate::model::{IsolationReport, IsolationRequest};
 use crate::sys::{self, ChildCreds};
@@ -29,9 +29,12 @@ pub struct Prepared {
 
 pub fn boundary_text(req: &IsolationRequest, uid: u32) -> String {
     let mut parts = Vec::new();
-    let sandboxed = req.as_user.is_some() || req.fs_write.is_some() || req.no_network || req.pid_namespace;
+    let sandboxed =
+        req.as_user.is_some() || req.fs_write.is_some() || req.no_network || req.pid_namespace;
     if sandboxed {
-        parts.push(format!("runs as uid {uid}; this is a partial OS sandbox: only the options listed are enforced"));
+        parts.push(format!(
+            "runs as uid {uid}; this is a partial OS sandbox: only the options listed are enforced"
+        ));
     } else {
         parts.push(format!("runs as uid {uid}; this is not an OS sandbox: the process may read, write and delete anything uid {uid} can, use the network, and signal other processes of uid {uid}"));
     }
@@ -48,7 +51,10 @@ pub fn boundary_text(req: &IsolationRequest, uid: u32) -> String {
         "it can use the network".into()
     });
     if req.pid_namespace {
-        parts.push("it is PID 1 of its own PID namespace and cannot see or signal host processes by pid".into());
+        parts.push(
+            "it is PID 1 of its own PID namespace and cannot see or signal host processes by pid"
+                .into(),
+        );
     }
     parts.join("; ")
 }
@@ -68,7 +74,10 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
                 format!("governed-exec runs as uid {euid}; switching uid needs root"),
             ))
         }
-        Some(u) => Some(ChildCreds { uid: u.uid, gid: u.gid }),
+        Some(u) => Some(ChildCreds {
+            uid: u.uid,
+            gid: u.gid,
+        }),
         None => None,
     };
     let (child_uid, child_gid) = creds.map_or((euid, getegid().as_raw()), |c| (c.uid, c.gid));
@@ -90,11 +99,14 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
         }
     };
     if req.no_network {
-        unshare(CloneFlags::CLONE_NEWNET).map_err(|e| unavailable("--no-network", format!("unshare(CLONE_NEWNET): {e}")))?;
-        sys::loopback_up().map_err(|e| unavailable("--no-network", format!("bringing up loopback: {e}")))?;
+        unshare(CloneFlags::CLONE_NEWNET)
+            .map_err(|e| unavailable("--no-network", format!("unshare(CLONE_NEWNET): {e}")))?;
+        sys::loopback_up()
+            .map_err(|e| unavailable("--no-network", format!("bringing up loopback: {e}")))?;
     }
     if req.pid_namespace {
-        unshare(CloneFlags::CLONE_NEWPID).map_err(|e| unavailable("--pid-namespace", format!("unshare(CLONE_NEWPID): {e}")))?;
+        unshare(CloneFlags::CLONE_NEWPID)
+            .map_err(|e| unavailable("--pid-namespace", format!("unshare(CLONE_NEWPID): {e}")))?;
     }
     let report = IsolationReport {
         boundary: boundary_text(req, child_uid),
@@ -141,7 +153,11 @@ fn build_ruleset(abi: i64, writable: &[PathBuf]) -> Result<OwnedFd, String> {
         .map_err(|e| e.to_string())?;
     for p in writable {
         let fd = PathFd::new(p).map_err(|e| format!("writable path {}: {e}", p.display()))?;
-        let access = if Path::new(p).is_dir() { all } else { all & AccessFs::from_file(abi) };
+        let access = if Path::new(p).is_dir() {
+            all
+        } else {
+            all & AccessFs::from_file(abi)
+        };
         created = created
             .add_rule(PathBeneath::new(fd, access))
             .map_err(|e| format!("writable path {}: {e}", p.display()))?;

@@ -144,7 +144,11 @@ fn unavailable(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ 
 
 /// Create `dir` (0700) if needed and check that it is a directory.
 pub fn ensure_dir(dir: &Path) -> Result<(), JournalError> {
-    match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+    match fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
         Ok(()) => Ok(()),
         Err(e) => Err(unavailable(dir)(e)),
     }
@@ -237,9 +241,9 @@ impl Journal {
     }
 
     pub fn is_revoked(&self, lease_id: &str) -> bool {
-        self.entries
-            .iter()
-            .any(|e| matches!(&e.record.event, Event::Revocation { lease_id: l, .. } if l == lease_id))
+        self.entries.iter().any(
+            |e| matches!(&e.record.event, Event::Revocation { lease_id: l, .. } if l == lease_id),
+        )
     }
 
     /// Every attempt of this Goal with its derived state.
@@ -324,7 +328,10 @@ fn parse_chain(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>, JournalError> {
     };
     if !bytes.is_empty() && !bytes.ends_with(b"\n") {
         let line = bytes.iter().filter(|b| **b == b'\n').count() + 1;
-        return Err(corrupt(line, "torn record: the last line is incomplete".into()));
+        return Err(corrupt(
+            line,
+            "torn record: the last line is incomplete".into(),
+        ));
     }
     let mut entries: Vec<Entry> = Vec::new();
     let body = bytes.strip_suffix(b"\n").unwrap_or_default();
@@ -333,7 +340,8 @@ fn parse_chain(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>, JournalError> {
     }
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
         let n = i + 1;
-        let record: Record = serde_json::from_slice(line).map_err(|e| corrupt(n, format!("unreadable record: {e}")))?;
+        let record: Record = serde_json::from_slice(line)
+            .map_err(|e| corrupt(n, format!("unreadable record: {e}")))?;
         if record.v != JOURNAL_VERSION {
             return Err(corrupt(n, format!("unknown journal version {}", record.v)));
         }
@@ -342,10 +350,19 @@ fn parse_chain(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>, JournalError> {
             None => (0, GENESIS),
         };
         if record.seq != want_seq {
-            return Err(corrupt(n, format!("sequence {} where {want_seq} was expected (record removed or reordered)", record.seq)));
+            return Err(corrupt(
+                n,
+                format!(
+                    "sequence {} where {want_seq} was expected (record removed or reordered)",
+                    record.seq
+                ),
+            ));
         }
         if record.prev != want_prev {
-            return Err(corrupt(n, "hash chain broken: the previous record was edited, removed or reordered".into()));
+            return Err(corrupt(
+                n,
+                "hash chain broken: the previous record was edited, removed or reordered".into(),
+            ));
         }
         entries.push(Entry {
             record,
@@ -393,16 +410,22 @@ pub fn read_all(state_dir: &Path) -> Result<Vec<Entry>, JournalError> {
 
 /// Find the journal holding `attempt_id` and return its goal id.
 pub fn goal_of_attempt(state_dir: &Path, attempt_id: &str) -> Result<Option<String>, JournalError> {
-    Ok(read_all(state_dir)?.into_iter().find_map(|e| match e.record.event {
-        Event::Executing {
-            attempt_id: a, goal, ..
-        } if a == attempt_id => Some(goal.id),
-        _ => None,
-    }))
+    Ok(read_all(state_dir)?
+        .into_iter()
+        .find_map(|e| match e.record.event {
+            Event::Executing {
+                attempt_id: a,
+                goal,
+                ..
+            } if a == attempt_id => Some(goal.id),
+            _ => None,
+        }))
 }
 
 fn attempt_lock_path(state_dir: &Path, attempt_id: &str) -> PathBuf {
-    state_dir.join("attempts").join(format!("{attempt_id}.lock"))
+    state_dir
+        .join("attempts")
+        .join(format!("{attempt_id}.lock"))
 }
 
 /// Held by the live runner for the whole attempt.

@@ -51,7 +51,11 @@ use operator::OperatorError;
 fn ensure_std_fds() {
     for fd in 0..3 {
         if nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).is_err() {
-            let _ = nix::fcntl::open("/dev/null", nix::fcntl::OFlag::O_RDWR, nix::sys::stat::Mode::empty());
+            let _ = nix::fcntl::open(
+                "/dev/null",
+                nix::fcntl::OFlag::O_RDWR,
+                nix::sys::stat::Mode::empty(),
+            );
         }
     }
 }
@@ -74,15 +78,28 @@ pub fn cli_main() -> i32 {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = e.print();
                 return 0;
             }
             let is_run = std::env::args().nth(1).as_deref() == Some("run");
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
             eprintln!("governed-exec: error: {first}");
-            return if is_run { exit_code::NOT_EXECUTED } else { exit_code::USAGE };
+            return if is_run {
+                exit_code::NOT_EXECUTED
+            } else {
+                exit_code::USAGE
+            };
         }
     };
     match cli.command {
@@ -133,7 +150,10 @@ pub fn cli_main() -> i32 {
         }
         Command::Run(r) => {
             let r = *r;
-            let mut signals = match SignalFd::with_flags(&handled, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC) {
+            let mut signals = match SignalFd::with_flags(
+                &handled,
+                SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
+            ) {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("governed-exec: error: cannot create a signalfd: {e}");
@@ -162,31 +182,46 @@ pub fn cli_main() -> i32 {
                 &mut signals,
             )
         }
-        Command::Verify { goal, receipt, trust, state_dir, json } => {
-            match verify::verify(&goal, &receipt, &trust, state_dir.as_deref()) {
-                Err(e) => usage_error(e),
-                Ok(v) => {
-                    if json {
-                        println!("{}", serde_json::to_string(&v).unwrap_or_default());
-                    } else {
-                        println!("{}", v.verdict);
-                        for u in &v.unmet {
-                            println!("{}", capture::project_text(u.as_bytes()).replace('\n', " "));
-                        }
+        Command::Verify {
+            goal,
+            receipt,
+            trust,
+            state_dir,
+            json,
+        } => match verify::verify(&goal, &receipt, &trust, state_dir.as_deref()) {
+            Err(e) => usage_error(e),
+            Ok(v) => {
+                if json {
+                    println!("{}", serde_json::to_string(&v).unwrap_or_default());
+                } else {
+                    println!("{}", v.verdict);
+                    for u in &v.unmet {
+                        println!("{}", capture::project_text(u.as_bytes()).replace('\n', " "));
                     }
-                    if v.done() { 0 } else { exit_code::NEGATIVE }
+                }
+                if v.done() {
+                    0
+                } else {
+                    exit_code::NEGATIVE
                 }
             }
-        }
+        },
         Command::Journal { state_dir, action } => {
             let dir = state_dir.unwrap_or_else(journal::default_state_dir);
             match action {
-                JournalAction::List { json } => operator::journal_list(&dir, json).map_or_else(usage_error, |_| 0),
-                JournalAction::Show { attempt, json } => match operator::journal_show(&dir, &attempt, json) {
-                    Ok(true) => 0,
-                    Ok(false) => usage_error(format!("attempt {attempt:?} is not in the journal at {}", dir.display())),
-                    Err(e) => usage_error(e),
-                },
+                JournalAction::List { json } => {
+                    operator::journal_list(&dir, json).map_or_else(usage_error, |_| 0)
+                }
+                JournalAction::Show { attempt, json } => {
+                    match operator::journal_show(&dir, &attempt, json) {
+                        Ok(true) => 0,
+                        Ok(false) => usage_error(format!(
+                            "attempt {attempt:?} is not in the journal at {}",
+                            dir.display()
+                        )),
+                        Err(e) => usage_error(e),
+                    }
+                }
                 JournalAction::Verify => match operator::journal_verify(&dir) {
                     Ok(true) => 0,
                     Ok(false) => exit_code::NEGATIVE,
@@ -194,12 +229,25 @@ pub fn cli_main() -> i32 {
                 },
             }
         }
-        Command::Receipt { action: ReceiptAction::Show { receipt } } => operator::receipt_show(&receipt).map_or_else(usage_error, |_| 0),
-        Command::Resolve { attempt, as_, by, note, state_dir } => {
+        Command::Receipt {
+            action: ReceiptAction::Show { receipt },
+        } => operator::receipt_show(&receipt).map_or_else(usage_error, |_| 0),
+        Command::Resolve {
+            attempt,
+            as_,
+            by,
+            note,
+            state_dir,
+        } => {
             let dir = state_dir.unwrap_or_else(journal::default_state_dir);
             operator_result(operator::resolve(&dir, &attempt, as_, &by, note))
         }
-        Command::Revoke { manifest, lease, by, state_dir } => {
+        Command::Revoke {
+            manifest,
+            lease,
+            by,
+            state_dir,
+        } => {
             let dir = state_dir.unwrap_or_else(journal::default_state_dir);
             operator_result(operator::revoke(&manifest, &lease, &by, &dir))
         }

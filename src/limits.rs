@@ -67,7 +67,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     num.parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| format!("invalid size {s:?}: expected bytes with an optional KiB/MiB/GiB suffix"))
+        .ok_or_else(|| {
+            format!("invalid size {s:?}: expected bytes with an optional KiB/MiB/GiB suffix")
+        })
 }
 
 pub fn format_size(n: u64) -> String {

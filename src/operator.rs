@@ -25,7 +25,10 @@ pub fn keygen(prefix: &Path) -> Result<(), String> {
 pub fn receipt_show(path: &Path) -> Result<(), String> {
     let env = receipt::read_envelope(path)?;
     let stmt = receipt::decode_statement(&env)?;
-    println!("{}", serde_json::to_string_pretty(&stmt).map_err(|e| e.to_string())?);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&stmt).map_err(|e| e.to_string())?
+    );
     Ok(())
 }
 
@@ -33,18 +36,41 @@ pub fn journal_list(state_dir: &Path, json: bool) -> Result<(), String> {
     let entries = journal::read_all(state_dir).map_err(|e| e.to_string())?;
     let attempts = journal::attempts_of(&entries, state_dir);
     if json {
-        println!("{}", serde_json::to_string_pretty(&attempts).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&attempts).map_err(|e| e.to_string())?
+        );
         return Ok(());
     }
-    println!("{:<26} {:<28} {:<20} {:<9} {:<20} STARTED", "ATTEMPT", "LEASE", "GOAL", "STATE", "OUTCOME");
+    println!(
+        "{:<26} {:<28} {:<20} {:<9} {:<20} STARTED",
+        "ATTEMPT", "LEASE", "GOAL", "STATE", "OUTCOME"
+    );
     for a in attempts {
-        let state = serde_json::to_value(a.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let state = serde_json::to_value(a.state)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
         let outcome = match (a.outcome, a.classification) {
             (Some(o), _) => o.to_string(),
-            (None, Some(c)) => format!("resolved:{}", serde_json::to_value(c).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()),
+            (None, Some(c)) => format!(
+                "resolved:{}",
+                serde_json::to_value(c)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
+            ),
             _ => "-".into(),
         };
-        println!("{:<26} {:<28} {:<20} {:<9} {:<20} {}", a.attempt_id, a.lease_id, format!("{}@{}", a.goal_id, a.goal_revision), state, outcome, a.started_at);
+        println!(
+            "{:<26} {:<28} {:<20} {:<9} {:<20} {}",
+            a.attempt_id,
+            a.lease_id,
+            format!("{}@{}", a.goal_id, a.goal_revision),
+            state,
+            outcome,
+            a.started_at
+        );
     }
     Ok(())
 }
@@ -56,19 +82,29 @@ pub fn journal_show(state_dir: &Path, attempt: &str, json: bool) -> Result<bool,
         .iter()
         .map(|e| &e.record)
         .filter(|r| match &r.event {
-            Event::Executing { attempt_id, .. } | Event::Result { attempt_id, .. } | Event::Resolution { attempt_id, .. } => attempt_id == attempt,
+            Event::Executing { attempt_id, .. }
+            | Event::Result { attempt_id, .. }
+            | Event::Resolution { attempt_id, .. } => attempt_id == attempt,
             _ => false,
         })
         .collect();
     if records.is_empty() {
         return Ok(false);
     }
-    let summary = journal::attempts_of(&entries, state_dir).into_iter().find(|a| a.attempt_id == attempt);
+    let summary = journal::attempts_of(&entries, state_dir)
+        .into_iter()
+        .find(|a| a.attempt_id == attempt);
     let doc = serde_json::json!({ "attempt": summary, "records": records });
     if json {
-        println!("{}", serde_json::to_string(&doc).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string(&doc).map_err(|e| e.to_string())?
+        );
     } else {
-        println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
+        );
     }
     Ok(true)
 }
@@ -100,19 +136,38 @@ pub enum OperatorError {
     Failed(String),
 }
 
-pub fn resolve(state_dir: &Path, attempt: &str, as_: Classification, by: &str, note: Option<String>) -> Result<(), OperatorError> {
+pub fn resolve(
+    state_dir: &Path,
+    attempt: &str,
+    as_: Classification,
+    by: &str,
+    note: Option<String>,
+) -> Result<(), OperatorError> {
     let goal_id = journal::goal_of_attempt(state_dir, attempt)
         .map_err(|e| OperatorError::Failed(e.to_string()))?
-        .ok_or_else(|| OperatorError::UnknownId(format!("attempt {attempt:?} is not in the journal at {}", state_dir.display())))?;
-    let mut j = Journal::open(state_dir, &goal_id).map_err(|e| OperatorError::Failed(e.to_string()))?;
+        .ok_or_else(|| {
+            OperatorError::UnknownId(format!(
+                "attempt {attempt:?} is not in the journal at {}",
+                state_dir.display()
+            ))
+        })?;
+    let mut j =
+        Journal::open(state_dir, &goal_id).map_err(|e| OperatorError::Failed(e.to_string()))?;
     let summary = j
         .attempts(state_dir)
         .into_iter()
         .find(|a| a.attempt_id == attempt)
-        .ok_or_else(|| OperatorError::UnknownId(format!("attempt {attempt:?} is not in the journal")))?;
+        .ok_or_else(|| {
+            OperatorError::UnknownId(format!("attempt {attempt:?} is not in the journal"))
+        })?;
     if summary.state != AttemptState::Unknown {
-        let state = serde_json::to_value(summary.state).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-        return Err(OperatorError::UnknownId(format!("attempt {attempt} is {state}, not unknown: there is nothing to resolve")));
+        let state = serde_json::to_value(summary.state)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        return Err(OperatorError::UnknownId(format!(
+            "attempt {attempt} is {state}, not unknown: there is nothing to resolve"
+        )));
     }
     j.append(Event::Resolution {
         attempt_id: attempt.to_string(),
@@ -127,17 +182,30 @@ pub fn resolve(state_dir: &Path, attempt: &str, as_: Classification, by: &str, n
             by: by.to_string(),
         })
         .map_err(|e| OperatorError::Failed(e.to_string()))?;
-        eprintln!("resolved {attempt} as stop; lease {} is revoked", summary.lease_id);
+        eprintln!(
+            "resolved {attempt} as stop; lease {} is revoked",
+            summary.lease_id
+        );
     } else {
-        eprintln!("resolved {attempt}; this is a classification, not evidence: no receipt was created");
+        eprintln!(
+            "resolved {attempt}; this is a classification, not evidence: no receipt was created"
+        );
     }
     Ok(())
 }
 
-pub fn revoke(manifest: &Path, lease_id: &str, by: &str, state_dir: &Path) -> Result<(), OperatorError> {
+pub fn revoke(
+    manifest: &Path,
+    lease_id: &str,
+    by: &str,
+    state_dir: &Path,
+) -> Result<(), OperatorError> {
     let m = lease::load_manifest(manifest).map_err(OperatorError::UnknownId)?;
     let Some(l) = m.leases.iter().find(|l| l.body.lease_id == lease_id) else {
-        return Err(OperatorError::UnknownId(format!("lease {lease_id:?} is not in manifest {}", manifest.display())));
+        return Err(OperatorError::UnknownId(format!(
+            "lease {lease_id:?} is not in manifest {}",
+            manifest.display()
+        )));
     };
     let goal_id = l.body.goal.id.clone();
     lease::update_manifest(manifest, false, |m| {

@@ -82,7 +82,10 @@ pub fn statement(body: ReceiptBody) -> Statement {
 pub fn seal(stmt: &Statement, key: Option<&SigningKey>) -> (Envelope, String) {
     let payload = serde_json::to_vec(stmt).unwrap_or_default();
     let digest = sign::sha256_hex(&payload);
-    (sign::sign_envelope(key, DSSE_PAYLOAD_TYPE, &payload), digest)
+    (
+        sign::sign_envelope(key, DSSE_PAYLOAD_TYPE, &payload),
+        digest,
+    )
 }
 
 pub fn read_envelope(path: &Path) -> Result<Envelope, String> {

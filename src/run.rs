@@ -99,7 +99,10 @@ impl Draft {
             products: vec![],
             started_at: rfc3339(self.started),
             ended_at: rfc3339(now),
-            duration_ms: now.duration_since(self.started).unwrap_or_default().as_millis() as u64,
+            duration_ms: now
+                .duration_since(self.started)
+                .unwrap_or_default()
+                .as_millis() as u64,
             resources: Resources {
                 cpu_user_ms: 0,
                 cpu_system_ms: 0,
@@ -122,7 +125,10 @@ impl Draft {
         match &self.receipt_path {
             Some(p) => {
                 if let Err(e) = journal::write_durable(p, &text, 0o644) {
-                    eprintln!("governed-exec: cannot write receipt {}: {e}; printing it to stdout", p.display());
+                    eprintln!(
+                        "governed-exec: cannot write receipt {}: {e}; printing it to stdout",
+                        p.display()
+                    );
                     let _ = std::io::stdout().write_all(&text);
                 }
             }
@@ -181,7 +187,8 @@ fn runner_key(explicit: Option<&Path>, state_dir: &Path) -> Result<(SigningKey, 
             .map_err(|e| Refusal::new(Reason::JournalUnavailable, e.to_string()));
     }
     journal::ensure_dir(state_dir).map_err(journal_refusal)?;
-    let key = sign::generate().map_err(|e| Refusal::new(Reason::JournalUnavailable, e.to_string()))?;
+    let key =
+        sign::generate().map_err(|e| Refusal::new(Reason::JournalUnavailable, e.to_string()))?;
     match sign::write_keypair(&key, &path, &state_dir.join("runner.pub")) {
         Ok(()) => Ok((key, path)),
         // Another runner created it first: use theirs.
@@ -193,12 +200,18 @@ fn runner_key(explicit: Option<&Path>, state_dir: &Path) -> Result<(SigningKey, 
 }
 
 fn selection(args: &RunArgs) -> Result<Selection, String> {
-    let given = [args.request.is_some(), args.lease.is_some(), !args.command.is_empty()]
-        .iter()
-        .filter(|b| **b)
-        .count();
+    let given = [
+        args.request.is_some(),
+        args.lease.is_some(),
+        !args.command.is_empty(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
     if given != 1 {
-        return Err("give exactly one of --request FILE, --lease ID, or -- EXECUTABLE [ARG...]".into());
+        return Err(
+            "give exactly one of --request FILE, --lease ID, or -- EXECUTABLE [ARG...]".into(),
+        );
     }
     if (args.cwd.is_some() || args.profile.is_some()) && args.command.is_empty() {
         return Err("--cwd and --profile go with -- EXECUTABLE [ARG...] only".into());
@@ -213,7 +226,9 @@ fn selection(args: &RunArgs) -> Result<Selection, String> {
             for w in &args.command {
                 words.push(
                     w.to_str()
-                        .ok_or_else(|| format!("argument {w:?} is not valid UTF-8; requests are JSON strings"))?
+                        .ok_or_else(|| {
+                            format!("argument {w:?} is not valid UTF-8; requests are JSON strings")
+                        })?
                         .to_string(),
                 );
             }
@@ -232,7 +247,8 @@ fn selection(args: &RunArgs) -> Result<Selection, String> {
 pub fn read_request(src: &str) -> Result<Request, String> {
     let (what, bytes) = if src == "-" {
         let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).map_err(|e| format!("request (stdin): {e}"))?;
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+            .map_err(|e| format!("request (stdin): {e}"))?;
         ("request (stdin)".to_string(), b)
     } else {
         let b = std::fs::read(src).map_err(|e| format!("request {src}: {e}"))?;
@@ -251,7 +267,9 @@ fn check_request(r: &Request) -> Result<(), String> {
         return Err("field `executable` contains a NUL byte".into());
     }
     if let Some(i) = r.argv.iter().position(|a| a.contains('\0')) {
-        return Err(format!("field `argv[{i}]` contains a NUL byte, which execve cannot pass"));
+        return Err(format!(
+            "field `argv[{i}]` contains a NUL byte, which execve cannot pass"
+        ));
     }
     if r.cwd.contains('\0') {
         return Err("field `cwd` contains a NUL byte".into());
@@ -296,11 +314,23 @@ fn signing_report(key: &SigningKey, key_path: &Path, child_uid: u32) -> SigningR
     let meta = std::fs::metadata(key_path).ok();
     let (owner, mode) = meta.map_or((u32::MAX, 0o777), |m| (m.uid(), m.mode()));
     let (out_of_reach, why) = if child_uid == 0 {
-        (false, "the child runs as root, which can read any file".to_string())
+        (
+            false,
+            "the child runs as root, which can read any file".to_string(),
+        )
     } else if child_uid == owner {
-        (false, format!("the child runs as uid {child_uid}, which owns the key file"))
+        (
+            false,
+            format!("the child runs as uid {child_uid}, which owns the key file"),
+        )
     } else if mode & 0o044 != 0 {
-        (false, format!("the key file is readable by group or others (mode {:o})", mode & 0o777))
+        (
+            false,
+            format!(
+                "the key file is readable by group or others (mode {:o})",
+                mode & 0o777
+            ),
+        )
     } else {
         (true, format!("the child runs as uid {child_uid} without capabilities; the key file is owned by uid {owner} with mode {:o}", mode & 0o777))
     };
@@ -312,7 +342,10 @@ fn signing_report(key: &SigningKey, key_path: &Path, child_uid: u32) -> SigningR
 }
 
 pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
-    let state_dir = args.state_dir.clone().unwrap_or_else(journal::default_state_dir);
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(journal::default_state_dir);
     let mut draft = Draft {
         receipt_id: new_id("rcpt"),
         attempt_id: None,
@@ -376,7 +409,16 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         }
     };
     draft.request = Some(admitted.lease.body.request.clone());
-    execute(draft, admitted, journal, &goal, &state_dir, (key, key_path), args.stream, signals)
+    execute(
+        draft,
+        admitted,
+        journal,
+        &goal,
+        &state_dir,
+        (key, key_path),
+        args.stream,
+        signals,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -407,7 +449,14 @@ fn execute(
     let scratch = match Scratch::create(&attempt_id, owner) {
         Ok(s) => s,
         Err(e) => {
-            return refuse_with_lease(&draft, Reason::IsolationUnavailable, format!("cannot create the private HOME/TMPDIR under {}: {e}", std::env::temp_dir().display()))
+            return refuse_with_lease(
+                &draft,
+                Reason::IsolationUnavailable,
+                format!(
+                    "cannot create the private HOME/TMPDIR under {}: {e}",
+                    std::env::temp_dir().display()
+                ),
+            )
         }
     };
     let writable = vec![
@@ -430,7 +479,13 @@ fn execute(
     for a in std::iter::once(&body.request.executable).chain(&body.request.argv) {
         match CString::new(a.as_bytes()) {
             Ok(c) => argv.push(c),
-            Err(_) => return refuse_with_lease(&draft, Reason::InvalidInput, "argv contains a NUL byte".into()),
+            Err(_) => {
+                return refuse_with_lease(
+                    &draft,
+                    Reason::InvalidInput,
+                    "argv contains a NUL byte".into(),
+                )
+            }
         }
     }
     let l = &body.limits;
@@ -503,12 +558,18 @@ fn execute(
     receipt_body.journal_record_sha256 = Some(executing_digest);
     match result {
         Err(e) => {
-            receipt_body.outcome = unknown(Reason::CleanupUnconfirmed, format!("supervision failed: {e}"));
+            receipt_body.outcome = unknown(
+                Reason::CleanupUnconfirmed,
+                format!("supervision failed: {e}"),
+            );
         }
         Ok(RunResult::NotExecuted { step, errno }) => {
             let err = std::io::Error::from_raw_os_error(errno);
             let msg = if step == ChildStep::Exec {
-                format!("exec of {} failed: {err}", admitted.exe.identity.canonical_path)
+                format!(
+                    "exec of {} failed: {err}",
+                    admitted.exe.identity.canonical_path
+                )
             } else {
                 format!("child setup failed to {step}: {err}")
             };
@@ -527,8 +588,13 @@ fn execute(
             receipt_body.resources = s.resources.clone();
             receipt_body.started_at = rfc3339(s.started);
             receipt_body.ended_at = rfc3339(s.ended);
-            receipt_body.duration_ms = s.ended.duration_since(s.started).unwrap_or_default().as_millis() as u64;
-            receipt_body.products = receipt::products(Path::new(&body.workspace.path), &goal.product_paths());
+            receipt_body.duration_ms = s
+                .ended
+                .duration_since(s.started)
+                .unwrap_or_default()
+                .as_millis() as u64;
+            receipt_body.products =
+                receipt::products(Path::new(&body.workspace.path), &goal.product_paths());
         }
     }
     let outcome = receipt_body.outcome.clone();
@@ -540,7 +606,11 @@ fn execute(
     let receipts_dir = state_dir.join("receipts");
     if journal::ensure_dir(&receipts_dir).is_ok() {
         let bytes = serde_json::to_vec_pretty(&envelope).unwrap_or_default();
-        let _ = journal::write_durable(&receipts_dir.join(format!("{attempt_id}.json")), &bytes, 0o600);
+        let _ = journal::write_durable(
+            &receipts_dir.join(format!("{attempt_id}.json")),
+            &bytes,
+            0o600,
+        );
     }
     fault::point("before_result");
     let result_written = Journal::open(state_dir, &body.goal.id).and_then(|mut j| {
@@ -597,14 +667,41 @@ fn classify(s: &supervise::Supervised) -> Outcome {
     let (class, signal, message) = match s.ending {
         Ending::MainExited => match (s.exit_code, s.signal) {
             (Some(_), _) => (OutcomeClass::Exited, None, None),
-            (None, Some(sig)) => (OutcomeClass::Signaled, Some(sig), Some(format!("killed by signal {sig}"))),
-            (None, None) => return unknown(Reason::CleanupUnconfirmed, "exit status could not be read".into()),
+            (None, Some(sig)) => (
+                OutcomeClass::Signaled,
+                Some(sig),
+                Some(format!("killed by signal {sig}")),
+            ),
+            (None, None) => {
+                return unknown(
+                    Reason::CleanupUnconfirmed,
+                    "exit status could not be read".into(),
+                )
+            }
         },
-        Ending::TimedOut => (OutcomeClass::TimedOutReaped, s.signal, Some("wall time passed; every process was killed and observed gone".into())),
-        Ending::OutputCapped => (OutcomeClass::OutputLimitReaped, s.signal, Some("total output passed the cap; every process was killed and observed gone".into())),
-        Ending::Cancelled(sig) => (OutcomeClass::CancelledReaped, Some(sig), Some(format!("governed-exec received signal {sig}; the run was stopped and observed gone"))),
+        Ending::TimedOut => (
+            OutcomeClass::TimedOutReaped,
+            s.signal,
+            Some("wall time passed; every process was killed and observed gone".into()),
+        ),
+        Ending::OutputCapped => (
+            OutcomeClass::OutputLimitReaped,
+            s.signal,
+            Some("total output passed the cap; every process was killed and observed gone".into()),
+        ),
+        Ending::Cancelled(sig) => (
+            OutcomeClass::CancelledReaped,
+            Some(sig),
+            Some(format!(
+                "governed-exec received signal {sig}; the run was stopped and observed gone"
+            )),
+        ),
     };
-    let exit = if class == OutcomeClass::Exited { s.exit_code } else { None };
+    let exit = if class == OutcomeClass::Exited {
+        s.exit_code
+    } else {
+        None
+    };
     Outcome {
         class,
         reason: None,
@@ -615,4 +712,3 @@ fn classify(s: &supervise::Supervised) -> Outcome {
         message,
     }
 }
-

@@ -213,7 +213,10 @@ mod tests {
     fn envelope_roundtrip_and_tamper() {
         let k = SigningKey::from_bytes(&[7u8; 32]);
         let env = sign_envelope(Some(&k), "t", b"{}");
-        assert_eq!(verify_envelope(&env, &k.verifying_key()).ok(), Some(b"{}".to_vec()));
+        assert_eq!(
+            verify_envelope(&env, &k.verifying_key()).ok(),
+            Some(b"{}".to_vec())
+        );
         let mut bad = env.clone();
         bad.payload_type = "u".into();
         assert!(verify_envelope(&bad, &k.verifying_key()).is_err());

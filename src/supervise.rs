@@ -47,7 +47,12 @@ pub const CLEANUP_MECHANISM: &str = "subreaper+proc_children+pidfd";
 /// The signals governed-exec handles itself; blocked in every thread.
 pub fn handled_signals() -> nix::sys::signal::SigSet {
     let mut set = nix::sys::signal::SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGCHLD] {
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGCHLD,
+    ] {
         set.add(s);
     }
     set
@@ -206,7 +211,8 @@ pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
         None => StreamCapture::new(0).finish(false),
     };
     let usage = getrusage(UsageWho::RUSAGE_CHILDREN)?;
-    let ms = |tv: nix::sys::time::TimeVal| (tv.tv_sec() as u64) * 1000 + (tv.tv_usec() as u64) / 1000;
+    let ms =
+        |tv: nix::sys::time::TimeVal| (tv.tv_sec() as u64) * 1000 + (tv.tv_usec() as u64) / 1000;
     Ok(RunResult::Ran(Box::new(Supervised {
         ending,
         exit_code,
@@ -237,7 +243,8 @@ fn wait_for_ending(
         if left.is_zero() {
             return Ok(Ending::TimedOut);
         }
-        let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX);
+        let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
+            .unwrap_or(PollTimeout::MAX);
         let mut fds = [
             PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -281,7 +288,10 @@ fn read_signals(signals: &mut SignalFd, main: Pid) -> Option<i32> {
 
 fn main_has_exited(main: Pid) -> bool {
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-    !matches!(waitid(Id::Pid(main), flags), Ok(WaitStatus::StillAlive) | Err(_))
+    !matches!(
+        waitid(Id::Pid(main), flags),
+        Ok(WaitStatus::StillAlive) | Err(_)
+    )
 }
 
 /// During the grace period: wait for the main process, or a second
@@ -293,7 +303,8 @@ fn wait_main_exit(main: Pid, pidfd: &OwnedFd, signals: &mut SignalFd, grace: Dur
         if left.is_zero() {
             return;
         }
-        let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1).unwrap_or(PollTimeout::MAX);
+        let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
+            .unwrap_or(PollTimeout::MAX);
         let mut fds = [
             PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -301,7 +312,8 @@ fn wait_main_exit(main: Pid, pidfd: &OwnedFd, signals: &mut SignalFd, grace: Dur
         if poll(&mut fds, timeout).is_err() {
             continue;
         }
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) && read_signals(signals, main).is_some() {
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) && read_signals(signals, main).is_some()
+        {
             return;
         }
     }
@@ -417,7 +429,11 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool) -> Cleanup {
             return Cleanup {
                 state: CleanupState::Gone,
                 mechanism: CLEANUP_MECHANISM.into(),
-                leftover_processes_killed: if count_as_leftovers { killed.len() as u64 } else { 0 },
+                leftover_processes_killed: if count_as_leftovers {
+                    killed.len() as u64
+                } else {
+                    0
+                },
                 unconfirmed_pids: vec![],
             };
         }
@@ -428,7 +444,11 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool) -> Cleanup {
             return Cleanup {
                 state: CleanupState::NotConfirmed,
                 mechanism: CLEANUP_MECHANISM.into(),
-                leftover_processes_killed: if count_as_leftovers { killed.len() as u64 } else { 0 },
+                leftover_processes_killed: if count_as_leftovers {
+                    killed.len() as u64
+                } else {
+                    0
+                },
                 unconfirmed_pids: present,
             };
         }

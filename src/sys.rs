@@ -353,7 +353,14 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         if libc::setsid() < 0 {
             child_fail(p.err_w, ChildStep::Setsid);
         }
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) < 0
+        {
             child_fail(p.err_w, ChildStep::DeathSignal);
         }
         // Close the race: the parent may have died before PDEATHSIG was set.
@@ -396,7 +403,13 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             child_fail(p.err_w, ChildStep::Stdio);
         }
         let err_w = CHILD_ERR_FD;
-        if libc::syscall(libc::SYS_close_range, CHILD_ERR_FD + 1, libc::c_uint::MAX, 0) < 0 {
+        if libc::syscall(
+            libc::SYS_close_range,
+            CHILD_ERR_FD + 1,
+            libc::c_uint::MAX,
+            0,
+        ) < 0
+        {
             child_fail(err_w, ChildStep::CloseFds);
         }
         if !p.exe_is_script && libc::fcntl(CHILD_EXE_FD, libc::F_SETFD, libc::FD_CLOEXEC) < 0 {
@@ -422,7 +435,14 @@ unsafe fn drop_to(creds: ChildCreds, cap_last: u32, err_w: RawFd) {
     // SAFETY: raw prctl/setgroups/setres[ug]id/capset syscalls on integers
     // and stack structs, async-signal-safe.
     unsafe {
-        if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 {
+        if libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        ) < 0
+        {
             child_fail(err_w, ChildStep::Credentials);
         }
         for cap in 0..=cap_last {

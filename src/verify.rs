@@ -47,20 +47,38 @@ fn not_verified(reason: String) -> Verdict {
 
 /// Usage errors (unreadable goal, trust key or receipt file) are `Err`;
 /// everything about the receipt's content is a verdict.
-pub fn verify(goal_path: &Path, receipt_path: &Path, trust_path: &Path, state_dir: Option<&Path>) -> Result<Verdict, String> {
+pub fn verify(
+    goal_path: &Path,
+    receipt_path: &Path,
+    trust_path: &Path,
+    state_dir: Option<&Path>,
+) -> Result<Verdict, String> {
     let goal = goal::load(goal_path)?;
     let trust = sign::load_verifying_key(trust_path).map_err(|e| e.to_string())?;
-    let bytes = std::fs::read(receipt_path).map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
+    let bytes = std::fs::read(receipt_path)
+        .map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
     Ok(judge(&goal, &bytes, &trust, state_dir))
 }
 
-fn judge(goal: &LoadedGoal, bytes: &[u8], trust: &ed25519_dalek::VerifyingKey, state_dir: Option<&Path>) -> Verdict {
+fn judge(
+    goal: &LoadedGoal,
+    bytes: &[u8],
+    trust: &ed25519_dalek::VerifyingKey,
+    state_dir: Option<&Path>,
+) -> Verdict {
     let env: crate::model::Envelope = match parse_json("receipt", bytes) {
         Ok(e) => e,
-        Err(e) => return not_verified(format!("authentic: not a DSSE envelope of the expected shape: {e}")),
+        Err(e) => {
+            return not_verified(format!(
+                "authentic: not a DSSE envelope of the expected shape: {e}"
+            ))
+        }
     };
     if env.payload_type != DSSE_PAYLOAD_TYPE {
-        return not_verified(format!("authentic: payloadType is {:?}, expected {DSSE_PAYLOAD_TYPE:?}", env.payload_type));
+        return not_verified(format!(
+            "authentic: payloadType is {:?}, expected {DSSE_PAYLOAD_TYPE:?}",
+            env.payload_type
+        ));
     }
     let payload = match sign::verify_envelope(&env, trust) {
         Ok(p) => p,
@@ -72,43 +90,71 @@ fn judge(goal: &LoadedGoal, bytes: &[u8], trust: &ed25519_dalek::VerifyingKey, s
     };
     let p = &stmt.predicate;
     let mut unmet = Vec::new();
-    if stmt.type_ != STATEMENT_TYPE || stmt.predicate_type != PREDICATE_TYPE || p.schema != RECEIPT_SCHEMA {
-        unmet.push(format!("format: statement type {:?}, predicate type {:?}, schema {:?} are not this version's", stmt.type_, stmt.predicate_type, p.schema));
+    if stmt.type_ != STATEMENT_TYPE
+        || stmt.predicate_type != PREDICATE_TYPE
+        || p.schema != RECEIPT_SCHEMA
+    {
+        unmet.push(format!(
+            "format: statement type {:?}, predicate type {:?}, schema {:?} are not this version's",
+            stmt.type_, stmt.predicate_type, p.schema
+        ));
     }
     let want = goal.reference();
     match &p.goal {
         None => unmet.push("goal: the receipt names no goal".into()),
         Some(g) => {
             if g.id != want.id {
-                unmet.push(format!("goal: receipt is for goal {:?}, not {:?}", g.id, want.id));
+                unmet.push(format!(
+                    "goal: receipt is for goal {:?}, not {:?}",
+                    g.id, want.id
+                ));
             }
             if g.revision != want.revision {
-                unmet.push(format!("goal: receipt is for revision {}, not {}", g.revision, want.revision));
+                unmet.push(format!(
+                    "goal: receipt is for revision {}, not {}",
+                    g.revision, want.revision
+                ));
             }
             if g.sha256 != want.sha256 {
-                unmet.push(format!("goal: receipt's goal digest {} differs from this goal file's {}", g.sha256, want.sha256));
+                unmet.push(format!(
+                    "goal: receipt's goal digest {} differs from this goal file's {}",
+                    g.sha256, want.sha256
+                ));
             }
         }
     }
     let class = p.outcome.class;
-    let allowed: Vec<Vec<OutcomeClass>> = goal.goal.criteria.iter().filter_map(|c| match c {
-        Criterion::Outcome { allowed } => Some(allowed.clone()),
-        _ => None,
-    }).collect();
+    let allowed: Vec<Vec<OutcomeClass>> = goal
+        .goal
+        .criteria
+        .iter()
+        .filter_map(|c| match c {
+            Criterion::Outcome { allowed } => Some(allowed.clone()),
+            _ => None,
+        })
+        .collect();
     let outcome_ok = if allowed.is_empty() {
         class == OutcomeClass::Exited
     } else {
         allowed.iter().all(|set| set.contains(&class))
     };
     if !outcome_ok {
-        unmet.push(format!("outcome: {class} is not an outcome this goal accepts"));
+        unmet.push(format!(
+            "outcome: {class} is not an outcome this goal accepts"
+        ));
     }
     // The statement's subjects must agree with the predicate they summarise.
     for prod in &p.products {
         if let Some(h) = &prod.sha256 {
-            let listed = stmt.subject.iter().any(|s| s.name == prod.path && s.digest.get("sha256") == Some(h));
+            let listed = stmt
+                .subject
+                .iter()
+                .any(|s| s.name == prod.path && s.digest.get("sha256") == Some(h));
             if !listed {
-                unmet.push(format!("format: product {:?} is not among the statement's subjects", prod.path));
+                unmet.push(format!(
+                    "format: product {:?} is not among the statement's subjects",
+                    prod.path
+                ));
             }
         }
     }
@@ -117,17 +163,33 @@ fn judge(goal: &LoadedGoal, bytes: &[u8], trust: &ed25519_dalek::VerifyingKey, s
         match c {
             Criterion::ExitCode { equals } => {
                 if p.outcome.exit_code != Some(*equals) {
-                    unmet.push(format!("exit_code: expected {equals}, receipt says {}", p.outcome.exit_code.map_or("none".into(), |c| c.to_string())));
+                    unmet.push(format!(
+                        "exit_code: expected {equals}, receipt says {}",
+                        p.outcome.exit_code.map_or("none".into(), |c| c.to_string())
+                    ));
                 }
             }
             Criterion::NoLeftoverProcesses => {
-                if p.cleanup.state != CleanupState::Gone || p.cleanup.leftover_processes_killed > 0 {
+                if p.cleanup.state != CleanupState::Gone || p.cleanup.leftover_processes_killed > 0
+                {
                     unmet.push(format!("no_leftover_processes: {} process(es) outlived the main process (cleanup {:?})", p.cleanup.leftover_processes_killed, p.cleanup.state));
                 }
             }
             Criterion::Outcome { .. } => {}
-            Criterion::File { path, exists, contains, sha256 } => {
-                if let Some(why) = check_file(p, workspace, path, *exists, contains.as_deref(), sha256.as_deref()) {
+            Criterion::File {
+                path,
+                exists,
+                contains,
+                sha256,
+            } => {
+                if let Some(why) = check_file(
+                    p,
+                    workspace,
+                    path,
+                    *exists,
+                    contains.as_deref(),
+                    sha256.as_deref(),
+                ) {
                     unmet.push(format!("file {path:?}: {why}"));
                 }
             }
@@ -139,7 +201,11 @@ fn judge(goal: &LoadedGoal, bytes: &[u8], trust: &ed25519_dalek::VerifyingKey, s
         }
     }
     Verdict {
-        verdict: if unmet.is_empty() { "VERIFIED_DONE" } else { "NOT_VERIFIED" },
+        verdict: if unmet.is_empty() {
+            "VERIFIED_DONE"
+        } else {
+            "NOT_VERIFIED"
+        },
         unmet,
         receipt_id: Some(p.receipt_id.clone()),
         attempt_id: p.attempt_id.clone(),
@@ -163,7 +229,9 @@ fn check_file(
     };
     let must_exist = exists != Some(false);
     let full = ws.join(path);
-    let inside = std::fs::canonicalize(&full).map(|c| c.starts_with(ws)).unwrap_or(false);
+    let inside = std::fs::canonicalize(&full)
+        .map(|c| c.starts_with(ws))
+        .unwrap_or(false);
     let disk = std::fs::metadata(&full)
         .ok()
         .filter(|m| m.is_file() && inside)
@@ -182,7 +250,9 @@ fn check_file(
         return Some("missing on disk now (read-back)".into());
     };
     if prod.sha256.as_deref() != Some(disk_sha.as_str()) {
-        return Some("changed on disk since the run (read-back digest differs from the receipt)".into());
+        return Some(
+            "changed on disk since the run (read-back digest differs from the receipt)".into(),
+        );
     }
     if let Some(want) = sha256 {
         if !want.eq_ignore_ascii_case(&disk_sha) {
@@ -191,7 +261,10 @@ fn check_file(
     }
     if let Some(needle) = contains {
         let content = std::fs::read(&full).unwrap_or_default();
-        let found = content.windows(needle.len().max(1)).any(|w| w == needle.as_bytes()) || needle.is_empty();
+        let found = content
+            .windows(needle.len().max(1))
+            .any(|w| w == needle.as_bytes())
+            || needle.is_empty();
         if !found {
             return Some(format!("does not contain {needle:?}"));
         }
@@ -208,21 +281,31 @@ fn cross_check_journal(state_dir: &Path, stmt: &Statement, payload: &[u8]) -> Op
     let Some(attempt) = &p.attempt_id else {
         return Some("the receipt names no attempt (nothing was executed)".into());
     };
-    let executing = entries.iter().find(|e| matches!(&e.record.event, Event::Executing { attempt_id, .. } if attempt_id == attempt));
+    let executing = entries.iter().find(
+        |e| matches!(&e.record.event, Event::Executing { attempt_id, .. } if attempt_id == attempt),
+    );
     let Some(executing) = executing else {
         return Some(format!("attempt {attempt} is not in the journal"));
     };
     if p.journal_record_sha256.as_deref() != Some(executing.digest.as_str()) {
-        return Some(format!("the receipt does not close attempt {attempt}'s executing record"));
+        return Some(format!(
+            "the receipt does not close attempt {attempt}'s executing record"
+        ));
     }
     let digest = sign::sha256_hex(payload);
     let result = entries.iter().find_map(|e| match &e.record.event {
-        Event::Result { attempt_id, receipt_sha256, .. } if attempt_id == attempt => Some(receipt_sha256.clone()),
+        Event::Result {
+            attempt_id,
+            receipt_sha256,
+            ..
+        } if attempt_id == attempt => Some(receipt_sha256.clone()),
         _ => None,
     });
     match result {
         Some(d) if d == digest => None,
-        Some(_) => Some(format!("the journal's result for attempt {attempt} names a different receipt")),
+        Some(_) => Some(format!(
+            "the journal's result for attempt {attempt} names a different receipt"
+        )),
         None => Some(format!("attempt {attempt} has no result record")),
     }
 }

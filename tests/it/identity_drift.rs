@@ -1,0 +1,100 @@
+//! Identity is checked at the point of use: any drift means zero spawn.
+
+use std::os::unix::fs::PermissionsExt;
+
+use crate::support::*;
+
+fn marker_script(e: &Env, name: &str) -> std::path::PathBuf {
+    let marker = e.path("ran");
+    e.write_script(
+        name,
+        &format!("#!/bin/sh\necho ran >> {}\n", marker.display()),
+    );
+    marker
+}
+
+#[test]
+fn content_changed_after_approval_is_refused() {
+    let e = Env::new();
+    let marker = marker_script(&e, "tool.sh");
+    e.approve(&["--uses", "5"], &["./tool.sh"]);
+    let p = e.ws.join("tool.sh");
+    let mut body = std::fs::read_to_string(&p).expect("read");
+    body.push_str("echo injected\n");
+    std::fs::write(&p, body).expect("write");
+    let r = e.run(&[], &["./tool.sh"]);
+    assert_eq!(r.code, 125, "{}", r.stderr);
+    assert_eq!(r.reason(), "executable_drift");
+    assert_eq!(r.outcome()["needs_human"], true);
+    assert!(!marker.exists(), "the drifted executable ran");
+    assert_eq!(e.journal_executing_count(), 0, "a refusal spent a use");
+}
+
+#[test]
+fn identical_copy_with_a_new_inode_is_refused() {
+    let e = Env::new();
+    let marker = marker_script(&e, "tool.sh");
+    e.approve(&[], &["./tool.sh"]);
+    let p = e.ws.join("tool.sh");
+    let body = std::fs::read(&p).expect("read");
+    let tmp = e.ws.join("tool.sh.new");
+    std::fs::write(&tmp, &body).expect("write");
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::rename(&tmp, &p).expect("rename");
+    let r = e.run(&[], &["./tool.sh"]);
+    assert_eq!(r.code, 125);
+    assert_eq!(r.reason(), "executable_drift");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn retargeted_symlink_is_refused() {
+    let e = Env::new();
+    let marker = marker_script(&e, "a.sh");
+    e.write_script("b.sh", "#!/bin/sh\necho b\n");
+    std::os::unix::fs::symlink("a.sh", e.ws.join("tool")).expect("symlink");
+    e.approve(&[], &["./tool"]);
+    std::fs::remove_file(e.ws.join("tool")).expect("rm");
+    std::os::unix::fs::symlink("b.sh", e.ws.join("tool")).expect("symlink");
+    let r = e.run(&[], &["./tool"]);
+    assert_eq!(r.code, 125);
+    assert_eq!(r.reason(), "executable_drift");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn cwd_removed_and_recreated_is_refused() {
+    let e = Env::new();
+    let sub = e.ws.join("sub");
+    std::fs::create_dir(&sub).expect("mkdir");
+    let marker = e.path("ran");
+    let probe = ["sh", "-c", &format!("touch {}", marker.display())];
+    e.approve(&["--cwd", "sub"], &probe);
+    std::fs::remove_dir(&sub).expect("rmdir");
+    std::fs::create_dir(&sub).expect("mkdir");
+    let r = e.run(&["--cwd", "sub"], &probe);
+    assert_eq!(r.code, 125, "{}", r.stderr);
+    assert_eq!(r.reason(), "cwd_drift");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn cwd_outside_the_workspace_is_refused_at_approve() {
+    let e = Env::new();
+    let o = output(&mut e.approve_cmd(&["--cwd", ".."], &["true"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cwd"));
+    std::os::unix::fs::symlink("/tmp", e.ws.join("out")).expect("symlink");
+    let o = output(&mut e.approve_cmd(&["--cwd", "out"], &["true"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("outside the workspace"));
+    assert!(!e.manifest.exists(), "a refused approval wrote a manifest");
+}
+
+#[test]
+fn missing_executable_is_refused_at_approve() {
+    let e = Env::new();
+    let o = output(&mut e.approve_cmd(&[], &["no-such-tool-xyz"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no-such-tool-xyz"));
+}

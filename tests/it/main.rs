@@ -1,0 +1,12 @@
+//! Integration tests: every case drives the real binary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod identity_drift;
+mod lease_rules;
+mod lifecycle;
+mod output;
+mod pipeline;
+mod verify;

@@ -1,0 +1,258 @@
+//! A small builder so each test reads as a sentence.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use base64::Engine;
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_governed-exec");
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub ws: PathBuf,
+    pub goal: PathBuf,
+    pub manifest: PathBuf,
+    pub key: PathBuf,
+    pub trust: PathBuf,
+    pub state: PathBuf,
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+    pub statement: Value,
+}
+
+impl Run {
+    pub fn outcome(&self) -> &Value {
+        &self.statement["predicate"]["outcome"]
+    }
+    pub fn class(&self) -> &str {
+        self.outcome()["class"].as_str().unwrap_or("")
+    }
+    pub fn reason(&self) -> &str {
+        self.outcome()["reason"].as_str().unwrap_or("")
+    }
+    pub fn stdout_text(&self) -> &str {
+        self.statement["predicate"]["streams"]["stdout"]["text"]
+            .as_str()
+            .unwrap_or("")
+    }
+    pub fn predicate(&self) -> &Value {
+        &self.statement["predicate"]
+    }
+}
+
+pub fn cmd() -> Command {
+    let mut c = Command::new(BIN);
+    c.stdin(Stdio::null());
+    c
+}
+
+pub fn output(mut c: impl std::borrow::BorrowMut<Command>) -> Output {
+    c.borrow_mut().output().expect("spawn governed-exec")
+}
+
+pub fn decode_envelope(bytes: &[u8]) -> Value {
+    let env: Value = serde_json::from_slice(bytes).unwrap_or_else(|e| {
+        panic!(
+            "receipt is not JSON: {e}: {}",
+            String::from_utf8_lossy(bytes)
+        )
+    });
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(env["payload"].as_str().expect("payload"))
+        .expect("base64 payload");
+    serde_json::from_slice(&payload).expect("statement JSON")
+}
+
+pub const DEFAULT_GOAL: &str = r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+  "criteria": [ { "kind": "exit_code", "equals": 0 } ] }"#;
+
+impl Env {
+    pub fn new() -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).expect("ws");
+        let e = Env {
+            ws,
+            goal: dir.path().join("goal.json"),
+            manifest: dir.path().join("manifest.json"),
+            key: dir.path().join("approver.key"),
+            trust: dir.path().join("approver.pub"),
+            state: dir.path().join("state"),
+            dir,
+        };
+        e.set_goal(DEFAULT_GOAL);
+        let o = output(
+            cmd()
+                .arg("keygen")
+                .arg("--out")
+                .arg(e.dir.path().join("approver")),
+        );
+        assert!(
+            o.status.success(),
+            "keygen: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        e
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn set_goal(&self, json: &str) {
+        std::fs::write(&self.goal, json).expect("goal");
+    }
+
+    pub fn write_script(&self, rel: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.ws.join(rel);
+        std::fs::write(&p, body).expect("script");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        p
+    }
+
+    pub fn approve_cmd(&self, flags: &[&str], command: &[&str]) -> Command {
+        let mut c = cmd();
+        c.arg("approve")
+            .arg("--goal")
+            .arg(&self.goal)
+            .arg("--workspace")
+            .arg(&self.ws)
+            .arg("--manifest")
+            .arg(&self.manifest)
+            .arg("--key")
+            .arg(&self.key)
+            .args(flags);
+        if !command.is_empty() {
+            c.arg("--").args(command);
+        }
+        c
+    }
+
+    /// Approve and return the lease id; panics on failure.
+    pub fn approve(&self, flags: &[&str], command: &[&str]) -> String {
+        let o = output(&mut self.approve_cmd(flags, command));
+        assert!(
+            o.status.success(),
+            "approve failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
+    pub fn run_cmd(&self, flags: &[&str], command: &[&str]) -> Command {
+        let mut c = cmd();
+        c.arg("run")
+            .arg("--goal")
+            .arg(&self.goal)
+            .arg("--manifest")
+            .arg(&self.manifest)
+            .arg("--trust")
+            .arg(&self.trust)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(flags);
+        if !command.is_empty() {
+            c.arg("--").args(command);
+        }
+        c
+    }
+
+    pub fn run(&self, flags: &[&str], command: &[&str]) -> Run {
+        finish_run(output(&mut self.run_cmd(flags, command)))
+    }
+
+    pub fn runner_pub(&self) -> PathBuf {
+        self.state.join("runner.pub")
+    }
+
+    /// Run, save the receipt to `name`, and return its path.
+    pub fn run_to_file(&self, name: &str, command: &[&str]) -> (Run, PathBuf) {
+        let r = self.run(&[], command);
+        let p = self.path(name);
+        std::fs::write(&p, &r.stdout).expect("save receipt");
+        (r, p)
+    }
+
+    pub fn verify(&self, receipt: &Path) -> (i32, String) {
+        let o = output(
+            cmd()
+                .arg("verify")
+                .arg("--goal")
+                .arg(&self.goal)
+                .arg("--receipt")
+                .arg(receipt)
+                .arg("--trust")
+                .arg(self.runner_pub()),
+        );
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+        )
+    }
+
+    pub fn journal_executing_count(&self) -> usize {
+        let mut n = 0;
+        if let Ok(rd) = std::fs::read_dir(self.state.join("journal")) {
+            for f in rd.flatten() {
+                let s = std::fs::read_to_string(f.path()).unwrap_or_default();
+                n += s
+                    .lines()
+                    .filter(|l| l.contains("\"kind\":\"executing\""))
+                    .count();
+            }
+        }
+        n
+    }
+}
+
+pub fn finish_run(o: Output) -> Run {
+    let code = o.status.code().unwrap_or(-1);
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    let statement = if o.stdout.is_empty() {
+        Value::Null
+    } else {
+        decode_envelope(&o.stdout)
+    };
+    Run {
+        code,
+        stdout: o.stdout,
+        stderr,
+        statement,
+    }
+}
+
+pub fn pid_alive(pid: i32) -> bool {
+    // A zombie is dead for our purposes; anything else in /proc is alive.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => {
+            let state = s
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
+            state != "Z" && state != "X"
+        }
+        Err(_) => false,
+    }
+}
+
+pub fn read_pid(p: &Path) -> i32 {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .parse()
+        .expect("pid")
+}
+
+#[allow(dead_code)]
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}

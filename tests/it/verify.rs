@@ -1,0 +1,172 @@
+//! Exit 0 is not completion: only an authentic receipt that meets every
+//! criterion, read back from disk, is VERIFIED_DONE.
+
+use base64::Engine;
+
+use crate::support::*;
+
+const FILE_GOAL: &str = r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+  "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "file", "path": "out.txt", "exists": true } ] }"#;
+
+#[test]
+fn exit_zero_without_the_goals_file_is_not_verified() {
+    let e = Env::new();
+    e.set_goal(FILE_GOAL);
+    e.approve(&[], &["true"]);
+    let (r, receipt) = e.run_to_file("r.json", &["true"]);
+    assert_eq!(r.code, 0);
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 1);
+    assert_eq!(out.lines().next(), Some("NOT_VERIFIED"));
+    assert!(out.contains("out.txt"), "{out}");
+}
+
+fn verified_receipt(e: &Env) -> std::path::PathBuf {
+    e.set_goal(FILE_GOAL);
+    let probe = ["sh", "-c", "echo data > out.txt"];
+    e.approve(&[], &probe);
+    let (r, receipt) = e.run_to_file("r.json", &probe);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(e.verify(&receipt).0, 0);
+    receipt
+}
+
+#[test]
+fn a_product_changed_after_the_run_is_not_verified() {
+    let e = Env::new();
+    let receipt = verified_receipt(&e);
+    std::fs::write(e.ws.join("out.txt"), "tampered\n").expect("write");
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 1);
+    assert!(out.contains("changed on disk"), "{out}");
+}
+
+#[test]
+fn an_edited_receipt_is_not_verified() {
+    let e = Env::new();
+    let receipt = verified_receipt(&e);
+    let mut env: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&receipt).expect("read")).expect("json");
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let payload = b64
+        .decode(env["payload"].as_str().expect("payload"))
+        .expect("b64");
+    let edited = String::from_utf8(payload).expect("utf8").replace(
+        "\"leftover_processes_killed\":0",
+        "\"leftover_processes_killed\":00",
+    );
+    env["payload"] = serde_json::Value::String(b64.encode(edited));
+    std::fs::write(&receipt, serde_json::to_vec(&env).expect("json")).expect("write");
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out.lines().next(), Some("NOT_VERIFIED"));
+}
+
+#[test]
+fn a_receipt_with_an_unknown_field_or_wrong_payload_type_is_not_verified() {
+    let e = Env::new();
+    let receipt = verified_receipt(&e);
+    let env: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&receipt).expect("read")).expect("json");
+    let mut extra = env.clone();
+    extra["note"] = "hi".into();
+    std::fs::write(&receipt, serde_json::to_vec(&extra).expect("json")).expect("write");
+    assert_eq!(e.verify(&receipt).0, 1);
+    let mut wrong = env.clone();
+    wrong["payloadType"] = "application/json".into();
+    std::fs::write(&receipt, serde_json::to_vec(&wrong).expect("json")).expect("write");
+    assert_eq!(e.verify(&receipt).0, 1);
+    // URL-safe base64 is accepted, as DSSE allows.
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let url = base64::engine::general_purpose::URL_SAFE;
+    let mut u = env.clone();
+    let payload = b64
+        .decode(env["payload"].as_str().expect("p"))
+        .expect("b64");
+    u["payload"] = url.encode(payload).into();
+    let sig = b64
+        .decode(env["signatures"][0]["sig"].as_str().expect("sig"))
+        .expect("b64");
+    u["signatures"][0]["sig"] = url.encode(sig).into();
+    std::fs::write(&receipt, serde_json::to_vec(&u).expect("json")).expect("write");
+    assert_eq!(e.verify(&receipt).0, 0);
+}
+
+#[test]
+fn a_receipt_signed_by_another_key_is_not_verified() {
+    let e = Env::new();
+    let receipt = verified_receipt(&e);
+    let o = output(cmd().arg("keygen").arg("--out").arg(e.path("other")));
+    assert!(o.status.success());
+    let o = output(
+        cmd()
+            .arg("verify")
+            .arg("--goal")
+            .arg(&e.goal)
+            .arg("--receipt")
+            .arg(&receipt)
+            .arg("--trust")
+            .arg(e.path("other.pub")),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("NOT_VERIFIED"));
+}
+
+#[test]
+fn a_receipt_of_another_goal_or_an_older_revision_is_not_verified() {
+    let e = Env::new();
+    let receipt = verified_receipt(&e);
+    e.set_goal(&FILE_GOAL.replace("\"revision\": 1", "\"revision\": 2"));
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 1);
+    assert!(out.contains("revision"), "{out}");
+    e.set_goal(&FILE_GOAL.replace("\"id\": \"t\"", "\"id\": \"other\""));
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 1);
+    assert!(out.contains("goal"), "{out}");
+}
+
+#[test]
+fn a_refusal_receipt_is_never_verified_done() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let (r, receipt) = e.run_to_file("r.json", &["false"]);
+    assert_eq!(r.code, 125);
+    assert_eq!(e.verify(&receipt).0, 1);
+}
+
+#[test]
+fn outcome_criterion_can_accept_a_timeout() {
+    let e = Env::new();
+    e.set_goal(
+        r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+      "criteria": [ { "kind": "outcome", "in": ["timed_out_reaped"] } ] }"#,
+    );
+    e.approve(&["--wall-time", "200ms"], &["sleep", "30"]);
+    let (r, receipt) = e.run_to_file("r.json", &["sleep", "30"]);
+    assert_eq!(r.code, 124);
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn verify_json_is_one_object() {
+    let e = Env::new();
+    let receipt = verified_receipt(&e);
+    let o = output(
+        cmd()
+            .arg("verify")
+            .arg("--goal")
+            .arg(&e.goal)
+            .arg("--receipt")
+            .arg(&receipt)
+            .arg("--trust")
+            .arg(e.runner_pub())
+            .arg("--json")
+            .arg("--state-dir")
+            .arg(&e.state),
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["verdict"], "VERIFIED_DONE");
+}
