@@ -5,8 +5,10 @@
 mod support;
 
 mod identity_drift;
+mod journal;
 mod lease_rules;
 mod lifecycle;
 mod output;
 mod pipeline;
+mod supervision;
 mod verify;

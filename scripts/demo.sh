@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Quick start: build governed-exec and run the main job end to end on the
+# shipped example, in a throwaway directory:
+#   keygen → approve → run → verify, printing the receipt and the verdict.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cargo build --release --locked --manifest-path "$repo/Cargo.toml" >&2
+bin="$repo/target/release/governed-exec"
+work=$(mktemp -d "${TMPDIR:-/tmp}/governed-exec-demo.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cp -r "$repo/examples/hello/workspace" "$work/workspace"
+cp "$repo/examples/hello/goal.json" "$repo/examples/hello/request.json" "$work/"
+cd "$work"
+
+echo "== 1. the approver makes a key pair (once)" >&2
+"$bin" keygen --out approver
+
+echo "== 2. a human approves exactly this request (summary on stderr)" >&2
+"$bin" approve --goal goal.json --workspace workspace --manifest manifest.json \
+  --key approver.key --ttl 10m --uses 1 --approver demo --request request.json
+
+echo "== 3. the agent / CI step runs it headless; the signed receipt:" >&2
+set +e
+"$bin" run --goal goal.json --manifest manifest.json --trust approver.pub \
+  --state-dir state --receipt receipt.json --request request.json
+code=$?
+set -e
+echo "run exited $code" >&2
+"$bin" receipt show receipt.json
+
+echo "== 4. verify the receipt against the goal (reads the products back)" >&2
+"$bin" verify --goal goal.json --receipt receipt.json --trust state/runner.pub --state-dir state

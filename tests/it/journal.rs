@@ -1,0 +1,412 @@
+//! The journal: no lost use, no replay, an audit trail that proves itself.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+fn journal_file(e: &Env) -> std::path::PathBuf {
+    let mut files: Vec<_> = std::fs::read_dir(e.state.join("journal"))
+        .expect("journal dir")
+        .flatten()
+        .map(|f| f.path())
+        .collect();
+    assert_eq!(files.len(), 1);
+    files.remove(0)
+}
+
+fn journal_verify(e: &Env) -> (i32, String) {
+    let o = output(
+        cmd()
+            .arg("journal")
+            .arg("verify")
+            .arg("--state-dir")
+            .arg(&e.state),
+    );
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).to_string(),
+    )
+}
+
+fn attempts(e: &Env) -> serde_json::Value {
+    let o = output(
+        cmd()
+            .arg("journal")
+            .arg("list")
+            .arg("--json")
+            .arg("--state-dir")
+            .arg(&e.state),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("json")
+}
+
+fn resolve(e: &Env, attempt: &str, as_: &str) -> i32 {
+    output(
+        cmd()
+            .args([
+                "resolve",
+                "--attempt",
+                attempt,
+                "--as",
+                as_,
+                "--by",
+                "ops",
+                "--note",
+                "checked by hand",
+            ])
+            .arg("--state-dir")
+            .arg(&e.state),
+    )
+    .status
+    .code()
+    .unwrap_or(-1)
+}
+
+#[test]
+fn sigkill_of_the_runner_mid_run_kills_the_child_and_blocks_the_goal() {
+    let e = Env::new();
+    let pidf = e.path("child.pid");
+    let script = format!("echo $$ > {}; exec sleep 1000", pidf.display());
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--uses", "3"], &probe);
+    let mut child = e
+        .run_cmd(&[], &probe)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while !pidf.exists() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = read_pid(&pidf);
+    // A run in progress is not mistaken for a crash.
+    let a = attempts(&e);
+    assert_eq!(a[0]["state"], "running");
+    child.kill().expect("SIGKILL the runner");
+    let _ = child.wait();
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    while pid_alive(pid) && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!pid_alive(pid), "the child outlived its runner");
+    let a = attempts(&e);
+    assert_eq!(a[0]["state"], "unknown");
+    std::fs::remove_file(&pidf).expect("rm");
+    let r = e.run(&[], &probe);
+    assert_eq!(r.code, 125);
+    assert_eq!(r.reason(), "unresolved_unknown_outcome");
+    assert_eq!(r.outcome()["needs_human"], true);
+    assert!(!pidf.exists(), "a refused run spawned");
+    assert_eq!(e.journal_executing_count(), 1);
+}
+
+#[test]
+fn resolve_failed_unblocks_and_keeps_the_spent_use() {
+    let e = Env::new();
+    let probe = ["sh", "-c", "exec sleep 1000"];
+    e.approve(&["--uses", "2"], &probe);
+    let mut child = e
+        .run_cmd(&[], &probe)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while e.journal_executing_count() == 0 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    child.kill().expect("kill");
+    let _ = child.wait();
+    let a = attempts(&e);
+    let id = a[0]["attempt_id"].as_str().expect("id").to_string();
+    assert_eq!(
+        resolve(&e, "att-nope", "failed"),
+        2,
+        "a typo looked like success"
+    );
+    assert_eq!(resolve(&e, &id, "failed"), 0);
+    assert_eq!(resolve(&e, &id, "failed"), 2, "resolving twice");
+    // The classification created no receipt and is not evidence.
+    assert_eq!(attempts(&e)[0]["state"], "resolved");
+    // One use left: the next run goes ahead (quick command), then exhaustion.
+    let quick = ["sh", "-c", "exec sleep 1000"];
+    let mut second = e
+        .run_cmd(&[], &quick)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while e.journal_executing_count() < 2 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(e.journal_executing_count(), 2);
+    unsafe_free_term(second.id());
+    let o = second.wait_with_output().expect("wait");
+    let r = finish_run(o);
+    assert_eq!(r.class(), "cancelled_reaped");
+    let r = e.run(&[], &probe);
+    assert_eq!(r.reason(), "lease_exhausted");
+}
+
+fn unsafe_free_term(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+}
+
+#[test]
+fn resolve_stop_revokes_the_lease() {
+    let e = Env::new();
+    let probe = ["sh", "-c", "exec sleep 1000"];
+    e.approve(&["--uses", "5"], &probe);
+    let mut child = e
+        .run_cmd(&[], &probe)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while e.journal_executing_count() == 0 && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("kill");
+    let _ = child.wait();
+    let id = attempts(&e)[0]["attempt_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    assert_eq!(resolve(&e, &id, "stop"), 0);
+    let r = e.run(&[], &probe);
+    assert_eq!(r.reason(), "lease_revoked");
+}
+
+#[test]
+fn parallel_runs_never_overspend_a_lease() {
+    let e = Env::new();
+    let log = e.path("spawns.log");
+    let probe = ["sh", "-c", &format!("echo x >> {}", log.display())];
+    e.approve(&["--uses", "3"], &probe);
+    let children: Vec<_> = (0..12)
+        .map(|_| {
+            e.run_cmd(&[], &probe)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let mut ok = 0;
+    let mut exhausted = 0;
+    for c in children {
+        let r = finish_run(c.wait_with_output().expect("wait"));
+        match r.code {
+            0 => ok += 1,
+            125 if r.reason() == "lease_exhausted" => exhausted += 1,
+            other => panic!("unexpected exit {other}: {}", r.stderr),
+        }
+    }
+    assert_eq!((ok, exhausted), (3, 9));
+    assert_eq!(
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count(),
+        3
+    );
+    assert_eq!(journal_verify(&e).0, 0);
+}
+
+#[test]
+fn torn_tail_fails_closed_and_is_reported() {
+    let e = Env::new();
+    e.approve(&["--uses", "3"], &["true"]);
+    assert_eq!(e.run(&[], &["true"]).code, 0);
+    let f = journal_file(&e);
+    let mut bytes = std::fs::read(&f).expect("read");
+    bytes.extend_from_slice(b"{\"v\":1,\"seq\":2,\"pre");
+    std::fs::write(&f, &bytes).expect("write");
+    let r = e.run(&[], &["true"]);
+    assert_eq!(r.code, 125);
+    assert_eq!(r.reason(), "journal_corrupt");
+    assert_eq!(
+        std::fs::read(&f).expect("read"),
+        bytes,
+        "the torn tail was silently rewritten"
+    );
+    let (code, out) = journal_verify(&e);
+    assert_eq!(code, 1);
+    assert!(out.contains("torn"), "{out}");
+}
+
+#[test]
+fn edited_or_removed_records_break_the_chain() {
+    let e = Env::new();
+    e.approve(&["--uses", "3"], &["true"]);
+    assert_eq!(e.run(&[], &["true"]).code, 0);
+    assert_eq!(e.run(&[], &["true"]).code, 0);
+    let f = journal_file(&e);
+    let orig = std::fs::read_to_string(&f).expect("read");
+    assert_eq!(journal_verify(&e).0, 0);
+    // Edit the first record.
+    std::fs::write(&f, orig.replacen("\"use_number\":1", "\"use_number\":0", 1)).expect("write");
+    let (code, out) = journal_verify(&e);
+    assert_eq!(code, 1);
+    assert!(out.contains("line 2"), "{out}");
+    // Remove a record.
+    let lines: Vec<&str> = orig.lines().collect();
+    let mut removed = lines.clone();
+    removed.remove(1);
+    std::fs::write(&f, removed.join("\n") + "\n").expect("write");
+    assert_eq!(journal_verify(&e).0, 1);
+    // Reorder two records.
+    let mut swapped = lines.clone();
+    swapped.swap(0, 1);
+    std::fs::write(&f, swapped.join("\n") + "\n").expect("write");
+    assert_eq!(journal_verify(&e).0, 1);
+    let r = e.run(&[], &["true"]);
+    assert_eq!(r.reason(), "journal_corrupt");
+}
+
+#[test]
+fn a_state_dir_that_is_a_file_is_journal_unavailable() {
+    let e = Env::new();
+    let marker = e.path("ran");
+    let probe = ["sh", "-c", &format!("touch {}", marker.display())];
+    e.approve(&[], &probe);
+    std::fs::write(&e.state, "not a dir").expect("write");
+    let r = e.run(&[], &probe);
+    assert_eq!(r.code, 125);
+    assert_eq!(r.reason(), "journal_unavailable");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn journal_show_and_verify_cross_check_the_receipt() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let (r, receipt) = e.run_to_file("r.json", &["true"]);
+    let attempt = r.predicate()["attempt_id"]
+        .as_str()
+        .expect("attempt")
+        .to_string();
+    let o = output(
+        cmd()
+            .args(["journal", "show", &attempt, "--json"])
+            .arg("--state-dir")
+            .arg(&e.state),
+    );
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["records"][0]["event"]["kind"], "executing");
+    assert_eq!(v["records"][1]["event"]["kind"], "result");
+    let o = output(
+        cmd()
+            .args(["journal", "show", "att-nope"])
+            .arg("--state-dir")
+            .arg(&e.state),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let verify_with = |dir: &std::path::Path| {
+        output(
+            cmd()
+                .arg("verify")
+                .arg("--goal")
+                .arg(&e.goal)
+                .arg("--receipt")
+                .arg(&receipt)
+                .arg("--trust")
+                .arg(e.runner_pub())
+                .arg("--state-dir")
+                .arg(dir),
+        )
+        .status
+        .code()
+    };
+    assert_eq!(verify_with(&e.state), Some(0));
+    let other = e.path("other-state");
+    std::fs::create_dir(&other).expect("dir");
+    assert_eq!(
+        verify_with(&other),
+        Some(1),
+        "a receipt unknown to the journal verified"
+    );
+}
+
+#[cfg(feature = "fault-injection")]
+mod crash_injection {
+    use super::*;
+
+    fn crash_at(point: &str) -> (Env, std::path::PathBuf) {
+        let e = Env::new();
+        let log = e.path("spawns.log");
+        let probe = ["sh", "-c", &format!("echo x >> {}", log.display())];
+        e.approve(&["--uses", "5"], &probe);
+        let o = output(e.run_cmd(&[], &probe).env("GOVERNED_EXEC_FAULT", point));
+        assert_eq!(o.status.code(), None, "{point}: the runner did not crash");
+        (e, log)
+    }
+
+    fn next_run(e: &Env, log: &std::path::Path) -> Run {
+        e.run(&[], &["sh", "-c", &format!("echo x >> {}", log.display())])
+    }
+
+    fn spawns(log: &std::path::Path) -> usize {
+        std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    #[test]
+    fn crash_after_the_executing_record_is_unknown_not_replayed() {
+        let (e, log) = crash_at("after_executing");
+        assert_eq!(spawns(&log), 0);
+        let r = next_run(&e, &log);
+        assert_eq!(r.reason(), "unresolved_unknown_outcome");
+        assert_eq!(spawns(&log), 0);
+        assert_eq!(
+            e.journal_executing_count(),
+            1,
+            "the crashed attempt spent its use"
+        );
+    }
+
+    #[test]
+    fn crash_after_reaping_is_unknown_not_replayed() {
+        let (e, log) = crash_at("after_reap");
+        assert_eq!(spawns(&log), 1);
+        let r = next_run(&e, &log);
+        assert_eq!(r.reason(), "unresolved_unknown_outcome");
+        assert_eq!(spawns(&log), 1);
+    }
+
+    #[test]
+    fn crash_before_the_result_record_is_unknown_not_replayed() {
+        let (e, log) = crash_at("before_result");
+        assert_eq!(spawns(&log), 1);
+        let r = next_run(&e, &log);
+        assert_eq!(r.reason(), "unresolved_unknown_outcome");
+        assert_eq!(spawns(&log), 1);
+    }
+
+    #[test]
+    fn crash_after_the_result_before_printing_is_done() {
+        let (e, log) = crash_at("before_print");
+        assert_eq!(spawns(&log), 1);
+        // The result is durable: the next run is a fresh use, not a replay.
+        let r = next_run(&e, &log);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert_eq!(spawns(&log), 2);
+        assert_eq!(e.journal_executing_count(), 2);
+        // The receipt of the crashed attempt survives in the state dir.
+        let kept = std::fs::read_dir(e.state.join("receipts"))
+            .expect("receipts")
+            .count();
+        assert_eq!(kept, 2);
+    }
+}
