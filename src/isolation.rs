@@ -121,11 +121,8 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
         landlock_writable,
         network_namespace: req.no_network,
         pid_namespace: req.pid_namespace,
-        process_limit: if child_uid == 0 {
-            "rlimit_nproc (not binding: the child runs as uid 0)".into()
-        } else {
-            "rlimit_nproc (counts every process of the uid)".into()
-        },
+        // Replaced by the pids cgroup's kind when `run` gets one.
+        process_limit: "rlimit_nproc (counts every process of the uid)".into(),
     };
     Ok(Prepared {
         creds,

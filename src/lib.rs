@@ -22,6 +22,7 @@
 pub mod admission;
 pub mod approve;
 pub mod capture;
+pub mod cgroup;
 pub mod cli;
 pub mod env;
 pub mod exit_code;

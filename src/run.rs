@@ -18,6 +18,7 @@ use ed25519_dalek::SigningKey;
 use nix::sys::signalfd::SignalFd;
 
 use crate::admission::{self, Admitted, Refusal, Selection};
+use crate::cgroup::RunCgroups;
 use crate::goal::{self, LoadedGoal};
 use crate::journal::{self, AttemptLock, Event, Journal, JournalError};
 use crate::model::{
@@ -464,9 +465,26 @@ fn execute(
         scratch.home.clone(),
         scratch.tmp.clone(),
     ];
-    let prepared = match isolation::prepare(&body.isolation, &writable) {
+    let mut prepared = match isolation::prepare(&body.isolation, &writable) {
         Ok(p) => p,
         Err(e) => return refuse_with_lease(&draft, Reason::IsolationUnavailable, e),
+    };
+    let cgroups = RunCgroups::create(&attempt_id, body.limits.max_processes);
+    // RLIMIT_NPROC counts every process of the uid and does not bind root:
+    // a pids cgroup is the real limit; without one a root child's process
+    // limit cannot be enforced, which is a refusal, not a silent gap.
+    let use_nproc_rlimit = match cgroups.process_limit() {
+        Some(kind) => {
+            prepared.report.process_limit = kind.to_string();
+            false
+        }
+        None if prepared.report.uid == 0 => {
+            return refuse_with_lease(&draft, Reason::IsolationUnavailable, format!(
+                "max_processes ({}) cannot be enforced: the child runs as root, which RLIMIT_NPROC does not bind, and no pids cgroup could be created here",
+                body.limits.max_processes
+            ))
+        }
+        None => true,
     };
 
     // Everything the child needs, built before the use is spent.
@@ -489,14 +507,17 @@ fn execute(
         }
     }
     let l = &body.limits;
-    let rlimits = [
+    let mut rlimits = vec![
         (libc::RLIMIT_CPU, l.cpu_time_s),
         (libc::RLIMIT_AS, l.memory_bytes),
-        (libc::RLIMIT_NPROC, l.max_processes),
         (libc::RLIMIT_NOFILE, l.max_open_files),
         (libc::RLIMIT_FSIZE, l.max_file_size_bytes),
         (libc::RLIMIT_CORE, 0),
     ];
+    if use_nproc_rlimit {
+        rlimits.push((libc::RLIMIT_NPROC, l.max_processes));
+    }
+    let cgroup_fds = cgroups.procs_fds();
     let devnull = match std::fs::File::open("/dev/null") {
         Ok(f) => f,
         Err(e) => return refuse_with_lease(&draft, Reason::ExecFailed, format!("/dev/null: {e}")),
@@ -539,12 +560,14 @@ fn execute(
         rlimits: &rlimits,
         creds: prepared.creds,
         landlock_ruleset_fd: prepared.landlock_fd.as_ref().map(|f| f.as_raw_fd()),
+        cgroup_procs_fds: &cgroup_fds,
     };
     let result = supervise::run(supervise::Plan {
         spec,
         limits: *l,
         mirror,
         signals,
+        cgroups: &cgroups,
     });
 
     let mut receipt_body = draft.base(not_executed(Reason::ExecFailed, String::new()));

@@ -33,6 +33,7 @@ use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::capture::StreamCapture;
+use crate::cgroup::RunCgroups;
 use crate::model::{Cleanup, CleanupState, Limits, Resources, StreamRecord};
 use crate::sys::{self, ChildStep, SpawnSpec, Spawned};
 
@@ -127,6 +128,7 @@ pub struct Plan<'a> {
     pub limits: Limits,
     pub mirror: bool,
     pub signals: &'a mut SignalFd,
+    pub cgroups: &'a RunCgroups,
 }
 
 pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
@@ -135,6 +137,7 @@ pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
         limits,
         mirror,
         signals,
+        cgroups,
     } = plan;
     let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
     let (out_r, out_w) = nix::unistd::pipe2(cloexec)?;
@@ -186,8 +189,13 @@ pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
         Ending::OutputCapped | Ending::MainExited => {}
     }
     let main_exited_first = ending == Ending::MainExited;
-    let cleanup = kill_all_and_confirm(main, main_exited_first);
-    let status = waitpid(main, None).ok();
+    let cleanup = kill_all_and_confirm(main, main_exited_first, cgroups);
+    // Never block on a main process that could not be confirmed gone.
+    let status = if main_has_exited(main) {
+        waitpid(main, None).ok()
+    } else {
+        None
+    };
     let (exit_code, signal) = match status {
         Some(WaitStatus::Exited(_, code)) => (Some(code), None),
         Some(WaitStatus::Signaled(_, sig, _)) => (None, Some(sig as i32)),
@@ -404,15 +412,28 @@ fn reap_strays(main: Pid) {
 
 /// SIGKILL everything until the tree is observed empty (the main process
 /// only as an unreaped zombie), or the confirm bound passes.
-fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool) -> Cleanup {
+fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroups) -> Cleanup {
     let end = Instant::now() + CONFIRM_BOUND;
-    let mut killed: HashSet<i32> = HashSet::new();
+    let mechanism = if cgroups.has_kill() {
+        format!("{CLEANUP_MECHANISM}+cgroup.kill")
+    } else {
+        CLEANUP_MECHANISM.to_string()
+    };
+    // Every process other than main seen alive during cleanup: the leftovers.
+    let mut seen_alive: HashSet<i32> = HashSet::new();
     let mut pause = Duration::from_micros(200);
     loop {
         if !main_has_exited(main) {
             let _ = killpg(main, Signal::SIGKILL);
         }
         let tree = descendants();
+        for m in cgroups.members() {
+            if m != main.as_raw() && proc_state(m).is_some_and(|(st, _)| st != 'Z') {
+                seen_alive.insert(m);
+            }
+        }
+        cgroups.kill();
+        cgroups.kill_members();
         let mut present = Vec::new();
         for node in &tree {
             if node.pid == main.as_raw() {
@@ -420,17 +441,30 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool) -> Cleanup {
             }
             present.push(node.pid);
             if signal_node(*node, Signal::SIGKILL) {
-                killed.insert(node.pid);
+                seen_alive.insert(node.pid);
             }
         }
         reap_strays(main);
         let main_done = main_has_exited(main);
-        if present.is_empty() && main_done {
+        // The cgroups are a second, independent witness: a process that is
+        // not in our tree but still in the run's cgroup is not gone.
+        let members: Vec<i32> = cgroups
+            .members()
+            .into_iter()
+            .filter(|p| *p != main.as_raw())
+            .collect();
+        let populated = cgroups.populated().unwrap_or(false);
+        for m in members {
+            if !present.contains(&m) {
+                present.push(m);
+            }
+        }
+        if present.is_empty() && main_done && !populated {
             return Cleanup {
                 state: CleanupState::Gone,
-                mechanism: CLEANUP_MECHANISM.into(),
+                mechanism: mechanism.clone(),
                 leftover_processes_killed: if count_as_leftovers {
-                    killed.len() as u64
+                    seen_alive.len() as u64
                 } else {
                     0
                 },
@@ -443,9 +477,9 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool) -> Cleanup {
             }
             return Cleanup {
                 state: CleanupState::NotConfirmed,
-                mechanism: CLEANUP_MECHANISM.into(),
+                mechanism: mechanism.clone(),
                 leftover_processes_killed: if count_as_leftovers {
-                    killed.len() as u64
+                    seen_alive.len() as u64
                 } else {
                     0
                 },

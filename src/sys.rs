@@ -180,12 +180,15 @@ pub struct SpawnSpec<'a> {
     pub rlimits: &'a [(libc::__rlimit_resource_t, u64)],
     pub creds: Option<ChildCreds>,
     pub landlock_ruleset_fd: Option<RawFd>,
+    /// `cgroup.procs` files the child joins (writes `0` to) first.
+    pub cgroup_procs_fds: &'a [RawFd],
 }
 
 /// Which setup step of the child failed, reported through the error pipe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildStep {
     Setsid = 1,
+    Cgroup,
     DeathSignal,
     ParentGone,
     Chdir,
@@ -203,6 +206,7 @@ impl ChildStep {
         use ChildStep::*;
         [
             Setsid,
+            Cgroup,
             DeathSignal,
             ParentGone,
             Chdir,
@@ -237,6 +241,15 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     let stdout = dup_high(spec.stdout_fd)?;
     let stderr = dup_high(spec.stderr_fd)?;
     let landlock = spec.landlock_ruleset_fd.map(dup_high).transpose()?;
+    let cgroups: Vec<OwnedFd> = spec
+        .cgroup_procs_fds
+        .iter()
+        .map(|fd| dup_high(*fd))
+        .collect::<io::Result<_>>()?;
+    let mut cgroup_fds = [-1; 2];
+    for (slot, fd) in cgroup_fds.iter_mut().zip(&cgroups) {
+        *slot = fd.as_raw_fd();
+    }
     let (err_r, err_w_low) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let err_w = dup_high(err_w_low.as_raw_fd())?;
     // Only the child may hold a write end, or EOF would never come.
@@ -257,6 +270,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         creds: spec.creds,
         cap_last: cap_last_cap(),
         landlock: landlock.as_ref().map(|f| f.as_raw_fd()),
+        cgroup_fds,
         // SAFETY: getpid has no preconditions.
         parent: unsafe { libc::getpid() },
     };
@@ -309,6 +323,7 @@ struct ChildPlan<'a> {
     creds: Option<ChildCreds>,
     cap_last: u32,
     landlock: Option<RawFd>,
+    cgroup_fds: [RawFd; 2],
     parent: libc::pid_t,
 }
 
@@ -350,6 +365,12 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
 
+        // Join the run's cgroups first, so every descendant is born inside.
+        for &fd in p.cgroup_fds.iter().filter(|fd| **fd >= 0) {
+            if libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
+                child_fail(p.err_w, ChildStep::Cgroup);
+            }
+        }
         if libc::setsid() < 0 {
             child_fail(p.err_w, ChildStep::Setsid);
         }
@@ -499,6 +520,7 @@ impl std::fmt::Display for ChildStep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = match self {
             ChildStep::Setsid => "setsid",
+            ChildStep::Cgroup => "join the run's cgroup",
             ChildStep::DeathSignal => "set the parent-death signal",
             ChildStep::ParentGone => "start (governed-exec died during fork)",
             ChildStep::Chdir => "enter the cwd",

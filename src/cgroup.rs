@@ -1,0 +1,252 @@
+//! Per-run cgroups, where the machine lets us create them.
+//!
+//! Two jobs, each optional and reported truthfully in the receipt:
+//! - the **pids** controller (v1 or v2) enforces `max_processes` for the run
+//!   alone — unlike `RLIMIT_NPROC`, which counts every process of the uid and
+//!   does not bind root at all;
+//! - a **cgroup v2** group gives `cgroup.kill` (kill the whole run without
+//!   any pid in hand) and `cgroup.events` `populated 0` as an independent
+//!   confirmation that the run is gone (as BenchExec does).
+//!
+//! The child joins both before exec by writing `0` to `cgroup.procs` fds
+//! the parent opened, so every descendant is born inside.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+struct Group {
+    dir: PathBuf,
+    procs: File,
+}
+
+/// Groups of crashed runners are left behind (no Drop ran). Remove sibling
+/// groups that are empty and older than a minute: a live run's group is
+/// either populated or younger than that.
+fn sweep_stale(parent: &Path) {
+    let Ok(rd) = fs::read_dir(parent) else { return };
+    let now = std::time::SystemTime::now();
+    for entry in rd.flatten() {
+        let stale_name = entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("governed-exec-");
+        let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| {
+            now.duration_since(t).unwrap_or_default() > std::time::Duration::from_secs(60)
+        });
+        if stale_name && old {
+            let empty = fs::read_to_string(entry.path().join("cgroup.procs"))
+                .is_ok_and(|s| s.trim().is_empty());
+            if empty {
+                let _ = fs::remove_dir(entry.path());
+            }
+        }
+    }
+}
+
+impl Group {
+    fn create(dir: PathBuf) -> std::io::Result<Group> {
+        if let Some(parent) = dir.parent() {
+            sweep_stale(parent);
+        }
+        fs::create_dir(&dir)?;
+        let procs = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(dir.join("cgroup.procs"));
+        match procs {
+            Ok(procs) => Ok(Group { dir, procs }),
+            Err(e) => {
+                let _ = fs::remove_dir(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        fs::read_to_string(self.dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // rmdir succeeds only once the group is empty, which cleanup ensured.
+        for _ in 0..50 {
+            if fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct RunCgroups {
+    name: String,
+    pids: Option<Group>,
+    track: Option<Group>,
+    pids_kind: Option<&'static str>,
+}
+
+/// (mount point, fs type, super options, mount root) of cgroup mounts.
+fn cgroup_mounts() -> Vec<(PathBuf, String, String, String)> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let pre: Vec<&str> = pre.split(' ').collect();
+            let post: Vec<&str> = post.split(' ').collect();
+            let fstype = post.first()?.to_string();
+            if fstype != "cgroup" && fstype != "cgroup2" {
+                return None;
+            }
+            Some((
+                PathBuf::from(pre.get(4)?),
+                fstype,
+                post.get(2).unwrap_or(&"").to_string(),
+                pre.get(3)?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Our own cgroup path in the hierarchy whose `/proc/self/cgroup` line
+/// matches `pred` on its controller list.
+fn own_path(pred: impl Fn(&str) -> bool) -> Option<String> {
+    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|l| {
+        let mut it = l.splitn(3, ':');
+        let _id = it.next()?;
+        let ctrl = it.next()?;
+        let path = it.next()?;
+        pred(ctrl).then(|| path.to_string())
+    })
+}
+
+fn join_cgroup(mount: &Path, root: &str, own: &str) -> PathBuf {
+    let rel = own
+        .strip_prefix(root)
+        .unwrap_or(own)
+        .trim_start_matches('/');
+    mount.join(rel)
+}
+
+impl RunCgroups {
+    /// Create what the machine allows; never fails (absence is reported).
+    pub fn create(attempt_id: &str, max_processes: u64) -> RunCgroups {
+        let name = format!("governed-exec-{attempt_id}");
+        let mut out = RunCgroups {
+            name: name.clone(),
+            ..RunCgroups::default()
+        };
+        for (mount, fstype, opts, root) in cgroup_mounts() {
+            if fstype == "cgroup2" && out.track.is_none() {
+                let Some(own) = own_path(|c| c.is_empty()) else {
+                    continue;
+                };
+                let base = join_cgroup(&mount, &root, &own);
+                if let Ok(g) = Group::create(base.join(&name)) {
+                    let has_pids = fs::read_to_string(g.dir.join("cgroup.controllers"))
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .any(|c| c == "pids");
+                    if has_pids && out.pids.is_none() && write_limit(&g.dir, max_processes) {
+                        out.pids_kind = Some("pids_cgroup_v2");
+                    }
+                    out.track = Some(g);
+                }
+            } else if fstype == "cgroup"
+                && opts.split(',').any(|o| o == "pids")
+                && out.pids.is_none()
+            {
+                let Some(own) = own_path(|c| c.split(',').any(|x| x == "pids")) else {
+                    continue;
+                };
+                let base = join_cgroup(&mount, &root, &own);
+                if let Ok(g) = Group::create(base.join(&name)) {
+                    if write_limit(&g.dir, max_processes) {
+                        out.pids_kind = Some("pids_cgroup_v1");
+                        out.pids = Some(g);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// How `max_processes` is enforced by a cgroup, if it is.
+    pub fn process_limit(&self) -> Option<&'static str> {
+        self.pids_kind
+    }
+
+    pub fn has_kill(&self) -> bool {
+        self.track.is_some()
+    }
+
+    /// The `cgroup.procs` fds the child writes `0` into.
+    pub fn procs_fds(&self) -> Vec<RawFd> {
+        [&self.pids, &self.track]
+            .into_iter()
+            .flatten()
+            .map(|g| g.procs.as_raw_fd())
+            .collect()
+    }
+
+    /// SIGKILL every process of the run through `cgroup.kill` (v2).
+    pub fn kill(&self) {
+        if let Some(g) = &self.track {
+            let _ = OpenOptions::new()
+                .write(true)
+                .open(g.dir.join("cgroup.kill"))
+                .and_then(|mut f| f.write_all(b"1"));
+        }
+    }
+
+    /// Processes still in any of the run's cgroups.
+    pub fn members(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = [&self.pids, &self.track]
+            .into_iter()
+            .flatten()
+            .flat_map(Group::pids)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// SIGKILL every member through a pidfd, after checking (on the pidfd's
+    /// process) that it is still in one of our groups. Covers the v1-only case.
+    pub fn kill_members(&self) {
+        for pid in self.members() {
+            let Ok(fd) = crate::sys::pidfd_open(pid) else {
+                continue;
+            };
+            let ours = fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|c| c.contains(&self.name));
+            if ours {
+                let _ = crate::sys::pidfd_send_signal(&fd, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// `populated 0` in the v2 group's `cgroup.events` (None without one).
+    pub fn populated(&self) -> Option<bool> {
+        let g = self.track.as_ref()?;
+        let events = fs::read_to_string(g.dir.join("cgroup.events")).ok()?;
+        Some(events.lines().any(|l| l.trim() == "populated 1"))
+    }
+}
+
+fn write_limit(dir: &Path, max: u64) -> bool {
+    OpenOptions::new()
+        .write(true)
+        .open(dir.join("pids.max"))
+        .and_then(|mut f| f.write_all(max.to_string().as_bytes()))
+        .is_ok()
+}
