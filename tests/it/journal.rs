@@ -133,7 +133,7 @@ fn resolve_failed_unblocks_and_keeps_the_spent_use() {
     assert_eq!(attempts(&e)[0]["state"], "resolved");
     // One use left: the next run goes ahead (quick command), then exhaustion.
     let quick = ["sh", "-c", "exec sleep 1000"];
-    let mut second = e
+    let second = e
         .run_cmd(&[], &quick)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
