@@ -4,9 +4,9 @@
 //! Everything that can fail is done here, in the parent and before the
 //! `executing` record, so a refusal spends no use: the Landlock ruleset is
 //! built into an fd (the child only calls `landlock_restrict_self`), the
-//! network and PID namespaces are unshared for the children of this process
-//! (`unshare(CLONE_NEWPID)` affects only processes forked afterwards), and
-//! credentials are checked.
+//! network namespace is unshared (the parent never uses the network), and
+//! the rights to create a PID namespace (which `spawn` does with `clone`)
+//! and to switch uid are checked.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -104,9 +104,14 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
         sys::loopback_up()
             .map_err(|e| unavailable("--no-network", format!("bringing up loopback: {e}")))?;
     }
-    if req.pid_namespace {
-        unshare(CloneFlags::CLONE_NEWPID)
-            .map_err(|e| unavailable("--pid-namespace", format!("unshare(CLONE_NEWPID): {e}")))?;
+    // The PID namespace is created by the spawn itself (clone with
+    // CLONE_NEWPID); here we only check that we hold what it needs.
+    const CAP_SYS_ADMIN: u32 = 21;
+    if req.pid_namespace && !sys::has_effective_capability(CAP_SYS_ADMIN) {
+        return Err(unavailable(
+            "--pid-namespace",
+            "creating a PID namespace needs CAP_SYS_ADMIN, which governed-exec does not hold",
+        ));
     }
     let report = IsolationReport {
         boundary: boundary_text(req, child_uid),
@@ -123,6 +128,7 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
         pid_namespace: req.pid_namespace,
         // Replaced by the pids cgroup's kind when `run` gets one.
         process_limit: "rlimit_nproc (counts every process of the uid)".into(),
+        kernel_view: None,
     };
     Ok(Prepared {
         creds,

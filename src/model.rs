@@ -410,8 +410,48 @@ pub struct IsolationReport {
     pub landlock_writable: Vec<String>,
     pub network_namespace: bool,
     pub pid_namespace: bool,
-    /// How `max_processes` was enforced (`rlimit_nproc`, `pids_cgroup`, …).
+    /// How `max_processes` was enforced (`rlimit_nproc`, `pids_cgroup_v1`, …).
     pub process_limit: String,
+    /// Read back from `/proc/<child>/status` right after exec, when the
+    /// child was still there to read.
+    pub kernel_view: Option<KernelView>,
+}
+
+/// The child's credentials as the kernel reports them (fields verbatim).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct KernelView {
+    pub uid: String,
+    pub gid: String,
+    pub groups: String,
+    pub cap_inh: String,
+    pub cap_prm: String,
+    pub cap_eff: String,
+    pub cap_bnd: String,
+    pub cap_amb: String,
+    pub no_new_privs: String,
+}
+
+impl KernelView {
+    /// Parse a `/proc/PID/status` text.
+    pub fn from_status(text: &str) -> Option<KernelView> {
+        let get = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+        };
+        Some(KernelView {
+            uid: get("Uid:")?,
+            gid: get("Gid:")?,
+            groups: get("Groups:").unwrap_or_default(),
+            cap_inh: get("CapInh:")?,
+            cap_prm: get("CapPrm:")?,
+            cap_eff: get("CapEff:")?,
+            cap_bnd: get("CapBnd:")?,
+            cap_amb: get("CapAmb:").unwrap_or_default(),
+            no_new_privs: get("NoNewPrivs:").unwrap_or_default(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

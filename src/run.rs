@@ -561,6 +561,7 @@ fn execute(
         creds: prepared.creds,
         landlock_ruleset_fd: prepared.landlock_fd.as_ref().map(|f| f.as_raw_fd()),
         cgroup_procs_fds: &cgroup_fds,
+        new_pid_namespace: body.isolation.pid_namespace,
     };
     let result = supervise::run(supervise::Plan {
         spec,
@@ -618,6 +619,9 @@ fn execute(
                 .as_millis() as u64;
             receipt_body.products =
                 receipt::products(Path::new(&body.workspace.path), &goal.product_paths());
+            if let Some(iso) = receipt_body.isolation.as_mut() {
+                iso.kernel_view = s.kernel_view.clone();
+            }
         }
     }
     let outcome = receipt_body.outcome.clone();

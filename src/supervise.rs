@@ -34,7 +34,7 @@ use nix::unistd::Pid;
 
 use crate::capture::StreamCapture;
 use crate::cgroup::RunCgroups;
-use crate::model::{Cleanup, CleanupState, Limits, Resources, StreamRecord};
+use crate::model::{Cleanup, CleanupState, KernelView, Limits, Resources, StreamRecord};
 use crate::sys::{self, ChildStep, SpawnSpec, Spawned};
 
 /// How long cleanup may take to observe every process gone before the
@@ -78,6 +78,7 @@ pub struct Supervised {
     pub resources: Resources,
     pub started: SystemTime,
     pub ended: SystemTime,
+    pub kernel_view: Option<KernelView>,
 }
 
 pub enum RunResult {
@@ -156,6 +157,11 @@ pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
     drop(err_w);
     let main = Pid::from_raw(pid);
     let pidfd = sys::pidfd_open(pid)?;
+    // The exec has happened (the error pipe closed): read the credentials
+    // back from the kernel while the process is most likely still there.
+    let kernel_view = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| KernelView::from_status(&s));
 
     let budget = Arc::new(OutputBudget {
         total: AtomicU64::new(0),
@@ -235,6 +241,7 @@ pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
         },
         started,
         ended: SystemTime::now(),
+        kernel_view,
     })))
 }
 

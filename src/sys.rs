@@ -121,6 +121,18 @@ pub fn cap_last_cap() -> u32 {
         .unwrap_or(40)
 }
 
+/// Whether this process holds `cap` in its effective set.
+pub fn has_effective_capability(cap: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1u64 << cap) != 0)
+}
+
 /// Bring the loopback interface up in the current (fresh) network namespace.
 pub fn loopback_up() -> io::Result<()> {
     // SAFETY: creating a socket has no memory-safety preconditions.
@@ -182,6 +194,9 @@ pub struct SpawnSpec<'a> {
     pub landlock_ruleset_fd: Option<RawFd>,
     /// `cgroup.procs` files the child joins (writes `0` to) first.
     pub cgroup_procs_fds: &'a [RawFd],
+    /// The child is PID 1 of a new PID namespace: its parent is outside it
+    /// and `getppid()` reads 0 there.
+    pub new_pid_namespace: bool,
 }
 
 /// Which setup step of the child failed, reported through the error pipe.
@@ -271,13 +286,35 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         cap_last: cap_last_cap(),
         landlock: landlock.as_ref().map(|f| f.as_raw_fd()),
         cgroup_fds,
-        // SAFETY: getpid has no preconditions.
-        parent: unsafe { libc::getpid() },
+        parent: if spec.new_pid_namespace {
+            0
+        } else {
+            // SAFETY: getpid has no preconditions.
+            unsafe { libc::getpid() }
+        },
     };
 
-    // SAFETY: the child only runs `child_main`, which makes raw,
-    // async-signal-safe syscalls on data prepared above and never returns.
-    let pid = unsafe { libc::fork() };
+    let pid = if spec.new_pid_namespace {
+        // A fork-like raw clone into a new PID namespace. unshare(CLONE_NEWPID)
+        // in the parent would forbid it from creating threads afterwards.
+        // SAFETY: with a null stack pointer clone behaves like fork; the child
+        // only runs `child_main` (raw syscalls, no allocation, no locks), so
+        // skipping glibc's fork bookkeeping is sound.
+        unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                libc::CLONE_NEWPID | libc::SIGCHLD,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            ) as libc::pid_t
+        }
+    } else {
+        // SAFETY: the child only runs `child_main`, which makes raw,
+        // async-signal-safe syscalls on data prepared above and never returns.
+        unsafe { libc::fork() }
+    };
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }

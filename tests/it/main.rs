@@ -5,6 +5,7 @@
 mod support;
 
 mod identity_drift;
+mod isolation;
 mod journal;
 mod lease_rules;
 mod lifecycle;
