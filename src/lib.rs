@@ -37,6 +37,8 @@ pub mod model;
 pub mod operator;
 pub mod receipt;
 pub mod run;
+#[cfg(feature = "schema")]
+pub mod schema;
 pub mod sign;
 pub mod supervise;
 pub mod sys;

@@ -19,6 +19,7 @@ pub const DSSE_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 
 // ---------------------------------------------------------------- goal
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Goal {
@@ -30,6 +31,7 @@ pub struct Goal {
 
 /// One mandatory criterion. The set of kinds is closed: an unknown kind is a
 /// parse error that names it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Criterion {
@@ -53,6 +55,7 @@ pub enum Criterion {
 }
 
 /// The goal as bound into a lease or receipt.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct GoalRef {
@@ -63,6 +66,7 @@ pub struct GoalRef {
 
 // ---------------------------------------------------------------- request
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Profile {
@@ -82,6 +86,7 @@ impl fmt::Display for Profile {
 }
 
 /// The structured request: exactly these four fields, nothing else.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Request {
@@ -94,6 +99,7 @@ pub struct Request {
 // ---------------------------------------------------------------- identity
 
 /// One hop of a symlink chain: `path` pointed at `target` (as read).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SymlinkHop {
@@ -101,6 +107,7 @@ pub struct SymlinkHop {
     pub target: String,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutableIdentity {
@@ -119,6 +126,7 @@ pub struct ExecutableIdentity {
 }
 
 /// What tells a directory apart from one re-created at the same path.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct CreationStamp {
@@ -127,6 +135,7 @@ pub struct CreationStamp {
     pub value: i64,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct DirIdentity {
@@ -140,6 +149,7 @@ pub struct DirIdentity {
 
 // ---------------------------------------------------------------- limits, env, isolation
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
@@ -157,6 +167,7 @@ pub struct Limits {
 /// The child's environment, fully determined by the lease. `HOME` and
 /// `TMPDIR` are the attempt's fresh private directories unless `fixed`
 /// names them.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct EnvPolicy {
@@ -166,6 +177,7 @@ pub struct EnvPolicy {
     pub fixed: BTreeMap<String, String>,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct UserSpec {
@@ -173,6 +185,7 @@ pub struct UserSpec {
     pub gid: u32,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct IsolationRequest {
@@ -188,6 +201,7 @@ pub struct IsolationRequest {
 
 /// Everything a lease binds. Its canonical encoding (serde_json of this
 /// struct: fixed field order, sorted maps) is what the fingerprint hashes.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseBody {
@@ -207,6 +221,7 @@ pub struct LeaseBody {
     pub max_uses: u64,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Lease {
@@ -219,6 +234,7 @@ pub struct Lease {
     pub signature: String,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Revocation {
@@ -227,6 +243,7 @@ pub struct Revocation {
     pub at: String,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
@@ -239,6 +256,7 @@ pub struct Manifest {
 
 // ---------------------------------------------------------------- outcome
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum OutcomeClass {
@@ -259,6 +277,7 @@ impl fmt::Display for OutcomeClass {
 }
 
 /// The closed set of reasons for `known_not_executed` and `unknown`.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
@@ -313,6 +332,7 @@ impl fmt::Display for Reason {
     }
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Outcome {
@@ -329,6 +349,7 @@ pub struct Outcome {
 
 // ---------------------------------------------------------------- receipt
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct StreamRecord {
@@ -347,6 +368,7 @@ pub struct StreamRecord {
     pub complete: bool,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Streams {
@@ -354,6 +376,7 @@ pub struct Streams {
     pub stderr: StreamRecord,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Product {
@@ -363,6 +386,7 @@ pub struct Product {
     pub sha256: Option<String>,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum CleanupState {
@@ -374,6 +398,7 @@ pub enum CleanupState {
     NotStarted,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Cleanup {
@@ -386,6 +411,7 @@ pub struct Cleanup {
     pub unconfirmed_pids: Vec<i32>,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
@@ -394,6 +420,7 @@ pub struct Resources {
     pub peak_rss_kib: u64,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct IsolationReport {
@@ -418,6 +445,7 @@ pub struct IsolationReport {
 }
 
 /// The child's credentials as the kernel reports them (fields verbatim).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct KernelView {
@@ -454,6 +482,7 @@ impl KernelView {
     }
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SigningReport {
@@ -463,6 +492,7 @@ pub struct SigningReport {
     pub why: String,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRef {
@@ -471,6 +501,7 @@ pub struct LeaseRef {
 }
 
 /// The receipt body: the in-toto predicate.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ReceiptBody {
@@ -499,6 +530,7 @@ pub struct ReceiptBody {
     pub runner_version: String,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Subject {
@@ -506,6 +538,7 @@ pub struct Subject {
     pub digest: BTreeMap<String, String>,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Statement {
@@ -517,6 +550,7 @@ pub struct Statement {
     pub predicate: ReceiptBody,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct DsseSignature {
@@ -524,6 +558,7 @@ pub struct DsseSignature {
     pub sig: String,
 }
 
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Envelope {
