@@ -8,8 +8,11 @@
 //!   any pid in hand) and `cgroup.events` `populated 0` as an independent
 //!   confirmation that the run is gone (as BenchExec does).
 //!
-//! The child joins both before exec by writing `0` to `cgroup.procs` fds
-//! the parent opened, so every descendant is born inside.
+//! Joining is on the hot path, so it avoids migrating a thread group (which
+//! waits for an RCU grace period, ~10-20 ms here): the child is born in the
+//! v2 group by `clone3(CLONE_INTO_CGROUP)`, and moves its single thread into
+//! a v1 group by writing `0` to that group's `tasks` file before it execs.
+//! Every descendant is then born inside.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -19,7 +22,8 @@ use std::path::{Path, PathBuf};
 
 struct Group {
     dir: PathBuf,
-    procs: File,
+    /// v1: the `tasks` file (write-only); v2: the directory itself.
+    join: File,
 }
 
 /// Groups of crashed runners are left behind (no Drop ran). Remove sibling
@@ -47,17 +51,24 @@ fn sweep_stale(parent: &Path) {
 }
 
 impl Group {
-    fn create(dir: PathBuf) -> std::io::Result<Group> {
+    fn create(dir: PathBuf, v2: bool) -> std::io::Result<Group> {
         if let Some(parent) = dir.parent() {
             sweep_stale(parent);
         }
         fs::create_dir(&dir)?;
-        let procs = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(dir.join("cgroup.procs"));
-        match procs {
-            Ok(procs) => Ok(Group { dir, procs }),
+        let join = if v2 {
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_CLOEXEC | libc::O_DIRECTORY)
+                .open(&dir)
+        } else {
+            OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(dir.join("tasks"))
+        };
+        match join {
+            Ok(join) => Ok(Group { dir, join }),
             Err(e) => {
                 let _ = fs::remove_dir(&dir);
                 Err(e)
@@ -151,7 +162,7 @@ impl RunCgroups {
                     continue;
                 };
                 let base = join_cgroup(&mount, &root, &own);
-                if let Ok(g) = Group::create(base.join(&name)) {
+                if let Ok(g) = Group::create(base.join(&name), true) {
                     let has_pids = fs::read_to_string(g.dir.join("cgroup.controllers"))
                         .unwrap_or_default()
                         .split_whitespace()
@@ -169,7 +180,7 @@ impl RunCgroups {
                     continue;
                 };
                 let base = join_cgroup(&mount, &root, &own);
-                if let Ok(g) = Group::create(base.join(&name)) {
+                if let Ok(g) = Group::create(base.join(&name), false) {
                     if write_limit(&g.dir, max_processes) {
                         out.pids_kind = Some("pids_cgroup_v1");
                         out.pids = Some(g);
@@ -189,13 +200,14 @@ impl RunCgroups {
         self.track.is_some()
     }
 
-    /// The `cgroup.procs` fds the child writes `0` into.
-    pub fn procs_fds(&self) -> Vec<RawFd> {
-        [&self.pids, &self.track]
-            .into_iter()
-            .flatten()
-            .map(|g| g.procs.as_raw_fd())
-            .collect()
+    /// The v1 `tasks` file the child writes `0` into, if any.
+    pub fn v1_tasks_fd(&self) -> Option<RawFd> {
+        self.pids.as_ref().map(|g| g.join.as_raw_fd())
+    }
+
+    /// The v2 directory fd for `clone3(CLONE_INTO_CGROUP)`, if any.
+    pub fn v2_dir_fd(&self) -> Option<RawFd> {
+        self.track.as_ref().map(|g| g.join.as_raw_fd())
     }
 
     /// SIGKILL every process of the run through `cgroup.kill` (v2).

@@ -517,7 +517,6 @@ fn execute(
     if use_nproc_rlimit {
         rlimits.push((libc::RLIMIT_NPROC, l.max_processes));
     }
-    let cgroup_fds = cgroups.procs_fds();
     let devnull = match std::fs::File::open("/dev/null") {
         Ok(f) => f,
         Err(e) => return refuse_with_lease(&draft, Reason::ExecFailed, format!("/dev/null: {e}")),
@@ -560,7 +559,8 @@ fn execute(
         rlimits: &rlimits,
         creds: prepared.creds,
         landlock_ruleset_fd: prepared.landlock_fd.as_ref().map(|f| f.as_raw_fd()),
-        cgroup_procs_fds: &cgroup_fds,
+        cgroup_v1_tasks_fd: cgroups.v1_tasks_fd(),
+        cgroup_v2_dir_fd: cgroups.v2_dir_fd(),
         new_pid_namespace: body.isolation.pid_namespace,
     };
     let result = supervise::run(supervise::Plan {

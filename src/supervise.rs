@@ -151,12 +151,12 @@ pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
     let t0 = Instant::now();
     let pid = match sys::spawn(&spec)? {
         Spawned::Failed { step, errno } => return Ok(RunResult::NotExecuted { step, errno }),
-        Spawned::Running(pid) => pid,
+        Spawned::Running { pid, pidfd } => (pid, pidfd),
     };
+    let (pid, pidfd) = pid;
     drop(out_w);
     drop(err_w);
     let main = Pid::from_raw(pid);
-    let pidfd = sys::pidfd_open(pid)?;
     // The exec has happened (the error pipe closed): read the credentials
     // back from the kernel while the process is most likely still there.
     let kernel_view = std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -192,8 +192,10 @@ pub struct SpawnSpec<'a> {
     pub rlimits: &'a [(libc::__rlimit_resource_t, u64)],
     pub creds: Option<ChildCreds>,
     pub landlock_ruleset_fd: Option<RawFd>,
-    /// `cgroup.procs` files the child joins (writes `0` to) first.
-    pub cgroup_procs_fds: &'a [RawFd],
+    /// A cgroup v1 `tasks` file the child moves its one thread into first.
+    pub cgroup_v1_tasks_fd: Option<RawFd>,
+    /// A cgroup v2 directory the child is born in (`CLONE_INTO_CGROUP`).
+    pub cgroup_v2_dir_fd: Option<RawFd>,
     /// The child is PID 1 of a new PID namespace: its parent is outside it
     /// and `getppid()` reads 0 there.
     pub new_pid_namespace: bool,
@@ -238,10 +240,29 @@ impl ChildStep {
     }
 }
 
+const CLONE_PIDFD: u64 = 0x1000;
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `struct clone_args` of clone3(2), version 2 (with `cgroup`).
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
 /// Result of [`spawn`].
 pub enum Spawned {
     /// The child reached `execveat` successfully.
-    Running(libc::pid_t),
+    Running { pid: libc::pid_t, pidfd: OwnedFd },
     /// A setup step or the exec itself failed; the child has already exited
     /// and been reaped. No program of the request ran.
     Failed { step: ChildStep, errno: i32 },
@@ -256,15 +277,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     let stdout = dup_high(spec.stdout_fd)?;
     let stderr = dup_high(spec.stderr_fd)?;
     let landlock = spec.landlock_ruleset_fd.map(dup_high).transpose()?;
-    let cgroups: Vec<OwnedFd> = spec
-        .cgroup_procs_fds
-        .iter()
-        .map(|fd| dup_high(*fd))
-        .collect::<io::Result<_>>()?;
-    let mut cgroup_fds = [-1; 2];
-    for (slot, fd) in cgroup_fds.iter_mut().zip(&cgroups) {
-        *slot = fd.as_raw_fd();
-    }
+    let cgroup_tasks = spec.cgroup_v1_tasks_fd.map(dup_high).transpose()?;
     let (err_r, err_w_low) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let err_w = dup_high(err_w_low.as_raw_fd())?;
     // Only the child may hold a write end, or EOF would never come.
@@ -285,7 +298,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         creds: spec.creds,
         cap_last: cap_last_cap(),
         landlock: landlock.as_ref().map(|f| f.as_raw_fd()),
-        cgroup_fds,
+        cgroup_tasks: cgroup_tasks.as_ref().map_or(-1, |f| f.as_raw_fd()),
         parent: if spec.new_pid_namespace {
             0
         } else {
@@ -294,27 +307,42 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         },
     };
 
-    let pid = if spec.new_pid_namespace {
-        // A fork-like raw clone into a new PID namespace. unshare(CLONE_NEWPID)
-        // in the parent would forbid it from creating threads afterwards.
-        // SAFETY: with a null stack pointer clone behaves like fork; the child
-        // only runs `child_main` (raw syscalls, no allocation, no locks), so
-        // skipping glibc's fork bookkeeping is sound.
-        unsafe {
-            libc::syscall(
-                libc::SYS_clone,
-                libc::CLONE_NEWPID | libc::SIGCHLD,
-                0usize,
-                0usize,
-                0usize,
-                0usize,
-            ) as libc::pid_t
-        }
-    } else {
-        // SAFETY: the child only runs `child_main`, which makes raw,
-        // async-signal-safe syscalls on data prepared above and never returns.
-        unsafe { libc::fork() }
+    let mut flags = CLONE_PIDFD;
+    if spec.new_pid_namespace {
+        flags |= libc::CLONE_NEWPID as u64;
+    }
+    if spec.cgroup_v2_dir_fd.is_some() {
+        flags |= CLONE_INTO_CGROUP;
+    }
+    let mut pidfd_out: libc::c_int = -1;
+    let args = CloneArgs {
+        flags,
+        pidfd: &mut pidfd_out as *mut libc::c_int as u64,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: 0,
+        stack_size: 0,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup: spec.cgroup_v2_dir_fd.unwrap_or(0) as u64,
     };
+    // A fork-like clone3: a null stack makes the child continue on a copy of
+    // our stack, as with fork. It returns a pidfd atomically, can place the
+    // child in a v2 cgroup and a new PID namespace, and leaves the parent
+    // free to create threads (unshare(CLONE_NEWPID) would not).
+    // SAFETY: `args` is a valid, fully initialised clone_args of the size we
+    // pass; `pidfd_out` outlives the call. The child only runs `child_main`
+    // (raw syscalls, no allocation, no locks), so skipping glibc's fork
+    // bookkeeping is sound.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    } as libc::pid_t;
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -323,10 +351,12 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         unsafe { child_main(&child) }
     }
     drop(err_w);
+    // SAFETY: with CLONE_PIDFD the kernel stored a new fd that only we own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd_out) };
     let mut report = [0u8; 5];
     let n = read_full(err_r.as_raw_fd(), &mut report)?;
     if n == 0 {
-        return Ok(Spawned::Running(pid));
+        return Ok(Spawned::Running { pid, pidfd });
     }
     // The child failed before or at exec and has exited: reap it now.
     let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
@@ -360,7 +390,7 @@ struct ChildPlan<'a> {
     creds: Option<ChildCreds>,
     cap_last: u32,
     landlock: Option<RawFd>,
-    cgroup_fds: [RawFd; 2],
+    cgroup_tasks: RawFd,
     parent: libc::pid_t,
 }
 
@@ -402,11 +432,10 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
 
-        // Join the run's cgroups first, so every descendant is born inside.
-        for &fd in p.cgroup_fds.iter().filter(|fd| **fd >= 0) {
-            if libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
-                child_fail(p.err_w, ChildStep::Cgroup);
-            }
+        // Join the run's v1 cgroup first (one thread: no threadgroup lock),
+        // so every descendant is born inside.
+        if p.cgroup_tasks >= 0 && libc::write(p.cgroup_tasks, c"0".as_ptr().cast(), 1) != 1 {
+            child_fail(p.err_w, ChildStep::Cgroup);
         }
         if libc::setsid() < 0 {
             child_fail(p.err_w, ChildStep::Setsid);
