@@ -20,7 +20,9 @@ impl Fixture {
 
     fn ge(&self) -> Command {
         let mut c = Command::new(&self.bin);
-        c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        c.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         c
     }
 
@@ -91,13 +93,20 @@ fn paired(reps: usize, cmds: &mut [Command]) -> Vec<Duration> {
 
 fn sh(script: &str) -> Command {
     let mut c = Command::new("sh");
-    c.arg("-c").arg(script).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    c.arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     c
 }
 
 fn quiet(prog: &str, args: &[&str]) -> Command {
     let mut c = Command::new(prog);
-    c.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     c
 }
 
@@ -120,7 +129,14 @@ fn main() {
         bin,
     };
     std::fs::create_dir(f.path("ws")).expect("ws");
-    assert!(f.ge().arg("keygen").arg("--out").arg(f.path("approver")).status().expect("keygen").success());
+    assert!(f
+        .ge()
+        .arg("keygen")
+        .arg("--out")
+        .arg(f.path("approver"))
+        .status()
+        .expect("keygen")
+        .success());
     std::fs::write(
         f.path("goal.json"),
         r#"{"schema":"governed-exec/goal/v1","id":"bench","revision":1,"criteria":[{"kind":"exit_code","equals":0}]}"#,
@@ -143,7 +159,11 @@ fn main() {
     );
 
     // 2. Draining and hashing 1 GiB of output.
-    f.approve("goal.json", &["--uses", &uses, "--output-cap", "2GiB"], &["head", "-c", "1G", "/dev/zero"]);
+    f.approve(
+        "goal.json",
+        &["--uses", &uses, "--output-cap", "2GiB"],
+        &["head", "-c", "1G", "/dev/zero"],
+    );
     let big_reps = (reps / 40).max(3);
     let mut cmds = [
         sh("head -c 1G /dev/zero | openssl dgst -sha256"),
@@ -164,7 +184,8 @@ fn main() {
     let small = f.path("ws/small.sh");
     std::fs::write(&small, b"#!/bin/true\n").expect("small");
     for p in [&big, &small] {
-        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
     }
     f.approve("goal.json", &["--uses", &uses], &["./big.sh"]);
     f.approve("goal.json", &["--uses", &uses], &["./small.sh"]);
@@ -184,13 +205,28 @@ fn main() {
 
     // 4. Kill and confirm a 1000-process tree at timeout (grace 0).
     let tree = "i=0; while [ $i -lt 1000 ]; do sleep 1000 & i=$((i+1)); done; wait";
-    f.approve("goal.json", &["--uses", &uses, "--wall-time", "3s", "--kill-grace", "0ms", "--max-processes", "4000"], &["sh", "-c", tree]);
+    f.approve(
+        "goal.json",
+        &[
+            "--uses",
+            &uses,
+            "--wall-time",
+            "3s",
+            "--kill-grace",
+            "0ms",
+            "--max-processes",
+            "4000",
+        ],
+        &["sh", "-c", tree],
+    );
     let mut samples = Vec::new();
     for _ in 0..3 {
         let d = time(&mut f.run("goal.json", &["sh", "-c", tree]));
         samples.push(d.saturating_sub(Duration::from_secs(3)));
     }
-    let receipt: serde_json::Value = serde_json::from_slice(&std::fs::read(f.path("receipt.json")).expect("receipt")).expect("json");
+    let receipt: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(f.path("receipt.json")).expect("receipt"))
+            .expect("json");
     let _ = receipt;
     println!(
         "4. kill+confirm 1000-process tree after the deadline: {:.1} ms median (target <= 100 ms)",
@@ -198,17 +234,35 @@ fn main() {
     );
 
     // 5. Receipt size and verify time vs output volume.
-    f.approve("goal.json", &["--uses", &uses, "--output-cap", "1GiB"], &["head", "-c", "1M", "/dev/zero"]);
-    f.approve("goal.json", &["--uses", &uses, "--output-cap", "1GiB"], &["head", "-c", "256M", "/dev/zero"]);
+    f.approve(
+        "goal.json",
+        &["--uses", &uses, "--output-cap", "1GiB"],
+        &["head", "-c", "1M", "/dev/zero"],
+    );
+    f.approve(
+        "goal.json",
+        &["--uses", &uses, "--output-cap", "1GiB"],
+        &["head", "-c", "256M", "/dev/zero"],
+    );
     let mut sizes = Vec::new();
     let mut verify_times = Vec::new();
     for (i, n) in ["1M", "256M"].iter().enumerate() {
-        assert!(f.run("goal.json", &["head", "-c", n, "/dev/zero"]).status().expect("run").success());
+        assert!(f
+            .run("goal.json", &["head", "-c", n, "/dev/zero"])
+            .status()
+            .expect("run")
+            .success());
         let saved = f.path(&format!("r{i}.json"));
         std::fs::copy(f.path("receipt.json"), &saved).expect("copy");
         sizes.push(std::fs::metadata(&saved).expect("meta").len());
         let mut v = f.ge();
-        v.arg("verify").arg("--goal").arg(f.path("goal.json")).arg("--receipt").arg(&saved).arg("--trust").arg(f.path("state/runner.pub"));
+        v.arg("verify")
+            .arg("--goal")
+            .arg(f.path("goal.json"))
+            .arg("--receipt")
+            .arg(&saved)
+            .arg("--trust")
+            .arg(f.path("state/runner.pub"));
         verify_times.push(v);
     }
     let m = paired(reps / 4 + 5, &mut verify_times);

@@ -98,7 +98,7 @@ pub fn admit(ctx: &Context<'_>, selection: &Selection) -> Result<Admitted, Refus
     }
     if let Some(a) = ctx
         .journal
-        .attempts(ctx.state_dir)
+        .open_attempts(ctx.state_dir)
         .into_iter()
         .find(|a| a.state == AttemptState::Unknown)
     {

@@ -52,9 +52,6 @@ fn sweep_stale(parent: &Path) {
 
 impl Group {
     fn create(dir: PathBuf, v2: bool) -> std::io::Result<Group> {
-        if let Some(parent) = dir.parent() {
-            sweep_stale(parent);
-        }
         fs::create_dir(&dir)?;
         let join = if v2 {
             OpenOptions::new()
@@ -90,9 +87,13 @@ impl Drop for Group {
         // rmdir succeeds only once the group is empty, which cleanup ensured.
         for _ in 0..50 {
             if fs::remove_dir(&self.dir).is_ok() {
-                return;
+                break;
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        // Off the spawn path: clear what crashed runners left beside us.
+        if let Some(parent) = self.dir.parent() {
+            sweep_stale(parent);
         }
     }
 }

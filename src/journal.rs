@@ -15,6 +15,7 @@
 //! taken belongs to a runner that is gone, and is an `unknown` outcome that
 //! blocks every later run of that Goal until a person `resolve`s it.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -166,12 +167,105 @@ fn journal_file_name(goal_id: &str) -> String {
     format!("{}.jsonl", &sha256_hex(goal_id.as_bytes())[..32])
 }
 
+/// An executing record with neither result nor resolution yet.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAttempt {
+    pub lease_id: String,
+    pub goal_id: String,
+    pub goal_revision: u64,
+    pub started_at: String,
+    pub executing_record_sha256: String,
+}
+
+/// What admission needs from a Goal's journal, folded record by record.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    pub next_seq: u64,
+    pub last_digest: String,
+    pub uses: BTreeMap<String, u64>,
+    pub revoked: BTreeSet<String>,
+    pub open: BTreeMap<String, OpenAttempt>,
+}
+
+impl Summary {
+    fn new() -> Summary {
+        Summary {
+            last_digest: GENESIS.to_string(),
+            ..Summary::default()
+        }
+    }
+
+    fn fold(&mut self, e: &Entry) {
+        self.next_seq = e.record.seq + 1;
+        self.last_digest = e.digest.clone();
+        match &e.record.event {
+            Event::Executing {
+                attempt_id,
+                lease_id,
+                goal,
+                ..
+            } => {
+                *self.uses.entry(lease_id.clone()).or_default() += 1;
+                self.open.insert(
+                    attempt_id.clone(),
+                    OpenAttempt {
+                        lease_id: lease_id.clone(),
+                        goal_id: goal.id.clone(),
+                        goal_revision: goal.revision,
+                        started_at: e.record.at.clone(),
+                        executing_record_sha256: e.digest.clone(),
+                    },
+                );
+            }
+            Event::Result { attempt_id, .. } | Event::Resolution { attempt_id, .. } => {
+                self.open.remove(attempt_id);
+            }
+            Event::Revocation { lease_id, .. } => {
+                self.revoked.insert(lease_id.clone());
+            }
+            Event::Refusal { .. } => {}
+        }
+    }
+}
+
+/// A checkpoint beside the journal: the summary of its first `len` bytes,
+/// trusted only while those bytes still hash to `prefix_sha256`. Hashing the
+/// prefix is ~100x cheaper than parsing it, and any edit of it (even one that
+/// keeps the length) falls back to a full, fail-closed parse.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Checkpoint {
+    v: u32,
+    len: u64,
+    lines: usize,
+    prefix_sha256: String,
+    summary: Summary,
+}
+
 /// One Goal's journal, locked for the lifetime of this value.
 pub struct Journal {
     file: Flock<File>,
     path: PathBuf,
     dir: PathBuf,
-    entries: Vec<Entry>,
+    summary: Summary,
+    /// Bytes and lines in the file (all parsed or checkpointed).
+    len: u64,
+    lines: usize,
+    /// Whether the file's directory entry is known to be durable.
+    entry_synced: bool,
+}
+
+/// Checkpoints live beside, not inside, the journal directory, which holds
+/// only journals.
+fn checkpoint_path(journal: &Path) -> PathBuf {
+    let stem = journal.file_stem().unwrap_or_default();
+    let state = journal
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."));
+    state.join("checkpoints").join(stem).with_extension("json")
 }
 
 impl Journal {
@@ -181,6 +275,11 @@ impl Journal {
         let dir = state_dir.join("journal");
         ensure_dir(&dir)?;
         let path = dir.join(journal_file_name(goal_id));
+        // The directory entry needs an fsync only once, after the file is
+        // created; appends to a file whose entry is durable need only the
+        // file's own fdatasync. An empty file may be one whose creation was
+        // never synced, so it counts as new.
+        let entry_synced = fs::metadata(&path).is_ok_and(|m| m.len() > 0);
         let file = OpenOptions::new()
             .read(true)
             .append(true)
@@ -193,30 +292,58 @@ impl Journal {
             .map_err(|(_, e)| unavailable(&path)(e.into()))?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(unavailable(&path))?;
-        let entries = parse_chain(&path, &bytes)?;
-        Ok(Journal {
+        let (mut summary, start, first_line) = match load_checkpoint(&path, &bytes) {
+            Some(cp) => (cp.summary, cp.len as usize, cp.lines),
+            None => (Summary::new(), 0, 0),
+        };
+        let tail = parse_chain_from(&path, &bytes[start..], &summary, first_line)?;
+        for e in &tail {
+            summary.fold(e);
+        }
+        let lines = first_line + tail.len();
+        let j = Journal {
             file,
             path,
             dir,
-            entries,
-        })
-    }
-
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
-    }
-
-    /// Append one record durably: write, fsync the file, fsync the directory.
-    /// Returns the record's digest.
-    pub fn append(&mut self, event: Event) -> Result<String, JournalError> {
-        let (seq, prev) = match self.entries.last() {
-            Some(e) => (e.record.seq + 1, e.digest.clone()),
-            None => (0, GENESIS.to_string()),
+            summary,
+            len: bytes.len() as u64,
+            lines,
+            entry_synced,
         };
+        if !tail.is_empty() {
+            j.save_checkpoint(&bytes);
+        }
+        Ok(j)
+    }
+
+    fn save_checkpoint(&self, bytes: &[u8]) {
+        let cp = Checkpoint {
+            v: JOURNAL_VERSION,
+            len: bytes.len() as u64,
+            lines: self.lines,
+            prefix_sha256: sha256_hex(bytes),
+            summary: self.summary.clone(),
+        };
+        let dest = checkpoint_path(&self.path);
+        if let Some(d) = dest.parent() {
+            let _ = fs::DirBuilder::new().recursive(true).mode(0o700).create(d);
+        }
+        let tmp = dest.with_extension("json.tmp");
+        let ok = serde_json::to_vec(&cp)
+            .ok()
+            .is_some_and(|b| fs::write(&tmp, b).is_ok());
+        if ok {
+            let _ = fs::rename(&tmp, &dest);
+        }
+    }
+
+    /// Append one record durably: write, fdatasync the file (and fsync the
+    /// directory the first time). Returns the record's digest.
+    pub fn append(&mut self, event: Event) -> Result<String, JournalError> {
         let record = Record {
             v: JOURNAL_VERSION,
-            seq,
-            prev,
+            seq: self.summary.next_seq,
+            prev: self.summary.last_digest.clone(),
             at: now_rfc3339(),
             event,
         };
@@ -226,34 +353,70 @@ impl Journal {
         buf.push(b'\n');
         self.file.write_all(&buf).map_err(unavailable(&self.path))?;
         self.file.sync_data().map_err(unavailable(&self.path))?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(unavailable(&self.dir))?;
-        self.entries.push(Entry {
+        if !self.entry_synced {
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(unavailable(&self.dir))?;
+            self.entry_synced = true;
+        }
+        self.summary.fold(&Entry {
             record,
             digest: digest.clone(),
         });
+        self.len += buf.len() as u64;
+        self.lines += 1;
+        // Re-read to checkpoint exactly what is on disk.
+        if let Ok(bytes) = fs::read(&self.path) {
+            if bytes.len() as u64 == self.len {
+                self.save_checkpoint(&bytes);
+            }
+        }
         Ok(digest)
     }
 
     /// Uses of `lease_id` already spent (its `executing` records).
     pub fn uses_spent(&self, lease_id: &str) -> u64 {
-        self.entries
-            .iter()
-            .filter(|e| matches!(&e.record.event, Event::Executing { lease_id: l, .. } if l == lease_id))
-            .count() as u64
+        self.summary.uses.get(lease_id).copied().unwrap_or(0)
     }
 
     pub fn is_revoked(&self, lease_id: &str) -> bool {
-        self.entries.iter().any(
-            |e| matches!(&e.record.event, Event::Revocation { lease_id: l, .. } if l == lease_id),
-        )
+        self.summary.revoked.contains(lease_id)
     }
 
-    /// Every attempt of this Goal with its derived state.
-    pub fn attempts(&self, state_dir: &Path) -> Vec<AttemptSummary> {
-        attempts_of(&self.entries, state_dir)
+    /// Attempts of this Goal with no result or resolution: `running` while a
+    /// runner holds their lock, `unknown` otherwise.
+    pub fn open_attempts(&self, state_dir: &Path) -> Vec<AttemptSummary> {
+        self.summary
+            .open
+            .iter()
+            .map(|(id, a)| AttemptSummary {
+                attempt_id: id.clone(),
+                lease_id: a.lease_id.clone(),
+                goal_id: a.goal_id.clone(),
+                goal_revision: a.goal_revision,
+                state: if attempt_is_live(state_dir, id) {
+                    AttemptState::Running
+                } else {
+                    AttemptState::Unknown
+                },
+                outcome: None,
+                classification: None,
+                started_at: a.started_at.clone(),
+                executing_record_sha256: a.executing_record_sha256.clone(),
+                receipt_sha256: None,
+            })
+            .collect()
     }
+}
+
+fn load_checkpoint(journal: &Path, bytes: &[u8]) -> Option<Checkpoint> {
+    let raw = fs::read(checkpoint_path(journal)).ok()?;
+    let cp: Checkpoint = serde_json::from_slice(&raw).ok()?;
+    let len = usize::try_from(cp.len).ok()?;
+    let valid = cp.v == JOURNAL_VERSION
+        && len <= bytes.len()
+        && sha256_hex(&bytes[..len]) == cp.prefix_sha256;
+    valid.then_some(cp)
 }
 
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -326,25 +489,36 @@ pub fn attempts_of(entries: &[Entry], state_dir: &Path) -> Vec<AttemptSummary> {
 }
 
 fn parse_chain(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>, JournalError> {
+    parse_chain_from(path, bytes, &Summary::new(), 0)
+}
+
+/// Parse records continuing a chain whose last record is summarised by
+/// `after`, the first of them at line `first_line + 1`.
+fn parse_chain_from(
+    path: &Path,
+    bytes: &[u8],
+    after: &Summary,
+    first_line: usize,
+) -> Result<Vec<Entry>, JournalError> {
     let corrupt = |line: usize, detail: String| JournalError::Corrupt {
         path: path.display().to_string(),
         line,
         detail,
     };
-    if !bytes.is_empty() && !bytes.ends_with(b"\n") {
-        let line = bytes.iter().filter(|b| **b == b'\n').count() + 1;
+    let mut entries: Vec<Entry> = Vec::new();
+    if bytes.is_empty() {
+        return Ok(entries);
+    }
+    if !bytes.ends_with(b"\n") {
+        let line = first_line + bytes.iter().filter(|b| **b == b'\n').count() + 1;
         return Err(corrupt(
             line,
             "torn record: the last line is incomplete".into(),
         ));
     }
-    let mut entries: Vec<Entry> = Vec::new();
-    let body = bytes.strip_suffix(b"\n").unwrap_or_default();
-    if bytes.is_empty() {
-        return Ok(entries);
-    }
+    let body = &bytes[..bytes.len() - 1];
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
-        let n = i + 1;
+        let n = first_line + i + 1;
         let record: Record = serde_json::from_slice(line)
             .map_err(|e| corrupt(n, format!("unreadable record: {e}")))?;
         if record.v != JOURNAL_VERSION {
@@ -352,7 +526,7 @@ fn parse_chain(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>, JournalError> {
         }
         let (want_seq, want_prev) = match entries.last() {
             Some(prev) => (prev.record.seq + 1, prev.digest.as_str()),
-            None => (0, GENESIS),
+            None => (after.next_seq, after.last_digest.as_str()),
         };
         if record.seq != want_seq {
             return Err(corrupt(
@@ -377,8 +551,6 @@ fn parse_chain(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>, JournalError> {
     Ok(entries)
 }
 
-/// Check every journal file in `state_dir` without locking them for long.
-/// Returns per-file results.
 /// One journal file and whether its chain is intact (its record count).
 pub type ChainCheck = (PathBuf, Result<usize, JournalError>);
 

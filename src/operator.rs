@@ -154,11 +154,13 @@ pub fn resolve(
     let mut j =
         Journal::open(state_dir, &goal_id).map_err(|e| OperatorError::Failed(e.to_string()))?;
     let summary = j
-        .attempts(state_dir)
+        .open_attempts(state_dir)
         .into_iter()
         .find(|a| a.attempt_id == attempt)
         .ok_or_else(|| {
-            OperatorError::UnknownId(format!("attempt {attempt:?} is not in the journal"))
+            OperatorError::UnknownId(format!(
+                "attempt {attempt} already has a result or a resolution: there is nothing to resolve"
+            ))
         })?;
     if summary.state != AttemptState::Unknown {
         let state = serde_json::to_value(summary.state)

@@ -627,17 +627,16 @@ fn execute(
     let outcome = receipt_body.outcome.clone();
     let cleanup_state = receipt_body.cleanup.state.clone();
 
-    // Keep a durable copy of the receipt before the result record names it.
+    // Keep a copy of the receipt in the state dir before the result record
+    // names it. It survives a crash of this process (page cache); it is not
+    // fsync'd, so a power loss may take it — the result record, which is,
+    // still holds the outcome and the receipt's digest.
     let stmt = receipt::statement(receipt_body.clone());
     let (envelope, receipt_digest) = receipt::seal(&stmt, draft.key.as_ref());
     let receipts_dir = state_dir.join("receipts");
     if journal::ensure_dir(&receipts_dir).is_ok() {
         let bytes = serde_json::to_vec_pretty(&envelope).unwrap_or_default();
-        let _ = journal::write_durable(
-            &receipts_dir.join(format!("{attempt_id}.json")),
-            &bytes,
-            0o600,
-        );
+        let _ = write_private(&receipts_dir.join(format!("{attempt_id}.json")), &bytes);
     }
     fault::point("before_result");
     let result_written = Journal::open(state_dir, &body.goal.id).and_then(|mut j| {
@@ -664,6 +663,18 @@ fn execute(
         }
     }
     outcome.runner_exit_code
+}
+
+/// Write a 0600 file (no fsync).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)
 }
 
 fn unknown(reason: Reason, message: String) -> Outcome {

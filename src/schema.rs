@@ -16,8 +16,14 @@ pub fn all() -> Vec<(&'static str, String)> {
         ("request.schema.json", pretty(schema_for!(Request))),
         ("lease.schema.json", pretty(schema_for!(Lease))),
         ("manifest.schema.json", pretty(schema_for!(Manifest))),
-        ("receipt-predicate.schema.json", pretty(schema_for!(ReceiptBody))),
-        ("receipt-statement.schema.json", pretty(schema_for!(Statement))),
+        (
+            "receipt-predicate.schema.json",
+            pretty(schema_for!(ReceiptBody)),
+        ),
+        (
+            "receipt-statement.schema.json",
+            pretty(schema_for!(Statement)),
+        ),
         ("journal-record.schema.json", pretty(schema_for!(Record))),
     ]
 }
@@ -35,7 +41,10 @@ mod tests {
                 std::fs::write(&path, &text).unwrap();
             }
             let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-            assert_eq!(on_disk, text, "{name} is stale: run UPDATE_SCHEMAS=1 cargo test --features schema");
+            assert_eq!(
+                on_disk, text,
+                "{name} is stale: run UPDATE_SCHEMAS=1 cargo test --features schema"
+            );
         }
     }
 }
