@@ -4,6 +4,8 @@
 //!
 //! Usage: cargo bench --bench governed -- BINARY [REPS]
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
