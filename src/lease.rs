@@ -99,3 +99,116 @@ pub fn update_manifest<T>(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+    use proptest::prelude::*;
+
+    fn dir(path: &str) -> DirIdentity {
+        DirIdentity {
+            path: path.into(),
+            device: 1,
+            inode: 2,
+            creation: Some(CreationStamp {
+                source: "statx_btime".into(),
+                value: 3,
+            }),
+        }
+    }
+
+    fn sample() -> (Lease, SigningKey) {
+        let key = SigningKey::from_bytes(&[9u8; 32]);
+        let body = LeaseBody {
+            schema: LEASE_SCHEMA.into(),
+            lease_id: "lease-1".into(),
+            goal: GoalRef {
+                id: "g".into(),
+                revision: 3,
+                sha256: "ab".repeat(32),
+            },
+            workspace: dir("/w"),
+            request: Request {
+                executable: "sh".into(),
+                argv: vec!["-c".into(), "echo ok; rm -rf /".into()],
+                cwd: ".".into(),
+                profile: Profile::Short,
+            },
+            executable: ExecutableIdentity {
+                requested: "sh".into(),
+                canonical_path: "/usr/bin/dash".into(),
+                symlink_chain: vec![SymlinkHop {
+                    path: "/usr/bin/sh".into(),
+                    target: "dash".into(),
+                }],
+                device: 1,
+                inode: 5,
+                size: 100,
+                mode: 0o100755,
+                mtime_ns: 7,
+                ctime_ns: 8,
+                sha256: "cd".repeat(32),
+                interpreter: None,
+            },
+            cwd: dir("/w"),
+            limits: crate::limits::tier(Profile::Short),
+            env: EnvPolicy {
+                path: "/usr/bin".into(),
+                fixed: [("A".to_string(), "1".to_string())].into(),
+            },
+            isolation: IsolationRequest::default(),
+            approver: "alice".into(),
+            issued_at: "2026-01-01T00:00:00Z".into(),
+            expires_at: "2026-01-01T00:15:00Z".into(),
+            max_uses: 2,
+        };
+        (seal(body, &key), key)
+    }
+
+    #[test]
+    fn a_sealed_lease_verifies() {
+        let (lease, key) = sample();
+        assert!(signature_valid(&lease, &key.verifying_key()));
+    }
+
+    proptest! {
+        /// Any single-byte edit of a signed lease either fails to parse or
+        /// is rejected, unless it only re-encodes the same signature.
+        #[test]
+        fn any_byte_edit_of_a_signed_lease_is_rejected(pos in any::<prop::sample::Index>(), byte in any::<u8>()) {
+            let (lease, key) = sample();
+            let bytes = serde_json::to_vec(&lease).unwrap();
+            let i = pos.index(bytes.len());
+            prop_assume!(bytes[i] != byte);
+            let mut edited = bytes.clone();
+            edited[i] = byte;
+            if let Ok(l) = serde_json::from_slice::<Lease>(&edited) {
+                if signature_valid(&l, &key.verifying_key()) {
+                    prop_assert_eq!(&l.body, &lease.body);
+                    prop_assert_eq!(sign::b64_decode(&l.signature), sign::b64_decode(&lease.signature));
+                }
+            }
+        }
+
+        /// Any single-byte edit of a receipt envelope is rejected unless the
+        /// verified payload is byte-identical to the original.
+        #[test]
+        fn any_byte_edit_of_a_receipt_is_rejected(pos in any::<prop::sample::Index>(), byte in any::<u8>()) {
+            let key = SigningKey::from_bytes(&[4u8; 32]);
+            let payload = br#"{"predicate":{"outcome":{"class":"exited","exit_code":0}}}"#;
+            let env = sign::sign_envelope(Some(&key), DSSE_PAYLOAD_TYPE, payload);
+            let bytes = serde_json::to_vec(&env).unwrap();
+            let i = pos.index(bytes.len());
+            prop_assume!(bytes[i] != byte);
+            let mut edited = bytes.clone();
+            edited[i] = byte;
+            if let Ok(e) = serde_json::from_slice::<Envelope>(&edited) {
+                if let Ok(p) = sign::verify_envelope(&e, &key.verifying_key()) {
+                    prop_assert_eq!(p.as_slice(), payload.as_slice());
+                    prop_assert_eq!(e.payload_type.as_str(), DSSE_PAYLOAD_TYPE);
+                }
+            }
+        }
+    }
+}

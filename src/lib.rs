@@ -63,6 +63,17 @@ fn ensure_std_fds() {
     }
 }
 
+/// clap's multi-line message as one line that still names the argument.
+fn one_line_error(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:"))
+        .filter(|l| !l.is_empty())
+        .map(|l| l.trim_start_matches("error: "))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn usage_error(msg: impl std::fmt::Display) -> i32 {
     eprintln!("governed-exec: error: {msg}");
     exit_code::USAGE
@@ -91,18 +102,11 @@ pub fn cli_main() -> i32 {
                 return 0;
             }
             let is_run = std::env::args().nth(1).as_deref() == Some("run");
-            let text = e.to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
-            eprintln!("governed-exec: error: {first}");
-            return if is_run {
-                exit_code::NOT_EXECUTED
-            } else {
-                exit_code::USAGE
-            };
+            let one_line = one_line_error(&e.to_string());
+            if is_run {
+                return run::refuse_unparsed(one_line);
+            }
+            return usage_error(one_line);
         }
     };
     match cli.command {

@@ -342,6 +342,22 @@ fn signing_report(key: &SigningKey, key_path: &Path, child_uid: u32) -> SigningR
     }
 }
 
+/// `run` whose command line could not even be parsed: still one refusal
+/// receipt on stdout (unsigned: no state dir or key is known), exit 125.
+pub fn refuse_unparsed(message: String) -> i32 {
+    let draft = Draft {
+        receipt_id: new_id("rcpt"),
+        attempt_id: None,
+        goal: None,
+        request: None,
+        started: SystemTime::now(),
+        key: None,
+        key_path: None,
+        receipt_path: None,
+    };
+    draft.refuse(Refusal::new(Reason::InvalidInput, message))
+}
+
 pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
     let state_dir = args
         .state_dir

@@ -190,6 +190,10 @@ fn bad_run_usage_exits_125() {
     let e = Env::new();
     let o = output(cmd().arg("run").arg("--goal").arg(&e.goal));
     assert_eq!(o.status.code(), Some(125));
+    // Even unparseable usage yields one receipt-shaped document naming the flag.
+    let r = finish_run(o);
+    assert_eq!(r.reason(), "invalid_input");
+    assert!(r.stderr.contains("--manifest"), "{}", r.stderr);
     let o = output(
         cmd()
             .arg("run")
