@@ -36,8 +36,12 @@ impl LoadedGoal {
 
 pub fn load(path: &Path) -> Result<LoadedGoal, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("goal {}: {e}", path.display()))?;
-    let what = format!("goal {}", path.display());
-    let goal: Goal = parse_json(&what, &bytes)?;
+    from_bytes(&format!("goal {}", path.display()), &bytes)
+}
+
+/// Parse and check goal bytes; `what` names the source in errors.
+pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, String> {
+    let goal: Goal = parse_json(what, bytes)?;
     if goal.schema != GOAL_SCHEMA {
         return Err(format!(
             "{what}: field `schema` is {:?}, expected {GOAL_SCHEMA:?}",
@@ -86,6 +90,6 @@ pub fn load(path: &Path) -> Result<LoadedGoal, String> {
     }
     Ok(LoadedGoal {
         goal,
-        sha256: sha256_hex(&bytes),
+        sha256: sha256_hex(bytes),
     })
 }

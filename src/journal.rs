@@ -485,6 +485,11 @@ pub fn attempts_of(entries: &[Entry], state_dir: &Path) -> Vec<AttemptSummary> {
     out
 }
 
+/// Check a whole journal's bytes; the number of records (fuzzing entry).
+pub fn parse_journal_bytes(path: &Path, bytes: &[u8]) -> Result<usize, JournalError> {
+    parse_chain(path, bytes).map(|e| e.len())
+}
+
 fn parse_chain(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>, JournalError> {
     parse_chain_from(path, bytes, &Summary::new(), 0)
 }

@@ -188,8 +188,7 @@ pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
     let grace = Duration::from_millis(limits.kill_grace_ms);
     match ending {
         Ending::TimedOut | Ending::Cancelled(_) => {
-            signal_tree(main, Signal::SIGTERM, true);
-            signal_tree(main, Signal::SIGCONT, true);
+            terminate_tree(main);
             wait_main_exit(main, &pidfd, signals, grace);
         }
         Ending::OutputCapped | Ending::MainExited => {}
@@ -396,13 +395,23 @@ fn signal_node(node: Node, sig: Signal) -> bool {
     }
 }
 
-/// Signal the main process's group (its pid is pinned until we reap it) and
-/// every descendant found in the tree.
-fn signal_tree(main: Pid, sig: Signal, include_main: bool) {
-    let _ = killpg(main, sig);
+/// SIGTERM the main process's group (its pid is pinned until we reap it)
+/// and every descendant found in the tree, with SIGCONT to the stopped ones
+/// so that they can act on it. One walk of the tree.
+fn terminate_tree(main: Pid) {
+    let _ = killpg(main, Signal::SIGTERM);
+    let _ = killpg(main, Signal::SIGCONT);
     for node in descendants() {
-        if include_main || node.pid != main.as_raw() {
-            signal_node(node, sig);
+        let Ok(fd) = sys::pidfd_open(node.pid) else {
+            continue;
+        };
+        if let Some((state, ppid)) = proc_state(node.pid) {
+            if ppid == node.ppid && state != 'Z' && state != 'X' {
+                let _ = sys::pidfd_send_signal(&fd, libc::SIGTERM);
+                if state == 'T' || state == 't' {
+                    let _ = sys::pidfd_send_signal(&fd, libc::SIGCONT);
+                }
+            }
         }
     }
 }
@@ -429,18 +438,30 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
     // Every process other than main seen alive during cleanup: the leftovers.
     let mut seen_alive: HashSet<i32> = HashSet::new();
     let mut pause = Duration::from_micros(200);
+    let mut first = true;
     loop {
         if !main_has_exited(main) {
             let _ = killpg(main, Signal::SIGKILL);
         }
-        let tree = descendants();
         for m in cgroups.members() {
             if m != main.as_raw() && proc_state(m).is_some_and(|(st, _)| st != 'Z') {
                 seen_alive.insert(m);
             }
         }
         cgroups.kill();
-        cgroups.kill_members();
+        // Fast path: while the v2 group itself says it is populated, the run
+        // is not gone; kill through it and reap without walking /proc.
+        if !first && cgroups.populated() == Some(true) && Instant::now() < end {
+            reap_strays(main);
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
+            continue;
+        }
+        first = false;
+        if !cgroups.has_kill() {
+            cgroups.kill_members();
+        }
+        let tree = descendants();
         let mut present = Vec::new();
         for node in &tree {
             if node.pid == main.as_raw() {
@@ -461,11 +482,8 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
             .filter(|p| *p != main.as_raw())
             .collect();
         let populated = cgroups.populated().unwrap_or(false);
-        for m in members {
-            if !present.contains(&m) {
-                present.push(m);
-            }
-        }
+        let known: HashSet<i32> = present.iter().copied().collect();
+        present.extend(members.into_iter().filter(|m| !known.contains(m)));
         if present.is_empty() && main_done && !populated {
             return Cleanup {
                 state: CleanupState::Gone,

@@ -60,6 +60,15 @@ pub fn verify(
     Ok(judge(&goal, &bytes, &trust, state_dir))
 }
 
+/// `verify` without files (fuzzing entry): goal bytes, receipt bytes, key.
+/// An unreadable goal is a `NOT_VERIFIED` here.
+pub fn judge_bytes(goal: &[u8], receipt: &[u8], trust: &ed25519_dalek::VerifyingKey) -> Verdict {
+    match goal::from_bytes("goal", goal) {
+        Ok(g) => judge(&g, receipt, trust, None),
+        Err(e) => not_verified(format!("goal: {e}")),
+    }
+}
+
 fn judge(
     goal: &LoadedGoal,
     bytes: &[u8],

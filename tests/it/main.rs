@@ -4,6 +4,7 @@
 
 mod support;
 
+mod fuzz_regressions;
 mod identity_drift;
 mod isolation;
 mod journal;

@@ -1,0 +1,7 @@
+#![no_main]
+//! The manifest parser must never panic, whatever the bytes.
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = governed_exec::model::parse_json::<governed_exec::model::Manifest>("fuzz", data);
+});

@@ -1,0 +1,10 @@
+#![no_main]
+//! Envelope and statement parsing, and the statement decoder, never panic.
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(env) = governed_exec::model::parse_json::<governed_exec::model::Envelope>("fuzz", data) {
+        let _ = governed_exec::receipt::decode_statement(&env);
+    }
+    let _ = governed_exec::model::parse_json::<governed_exec::model::Statement>("fuzz", data);
+});
