@@ -74,6 +74,20 @@ struct Draft {
 }
 
 impl Draft {
+    /// Nothing known yet but when the run started and where the receipt goes.
+    fn new(receipt_path: Option<PathBuf>) -> Draft {
+        Draft {
+            receipt_id: new_id("rcpt"),
+            attempt_id: None,
+            goal: None,
+            request: None,
+            started: SystemTime::now(),
+            key: None,
+            key_path: None,
+            receipt_path,
+        }
+    }
+
     fn base(&self, outcome: Outcome) -> ReceiptBody {
         let now = SystemTime::now();
         ReceiptBody {
@@ -345,17 +359,7 @@ fn signing_report(key: &SigningKey, key_path: &Path, child_uid: u32) -> SigningR
 /// `run` whose command line could not even be parsed: still one refusal
 /// receipt on stdout (unsigned: no state dir or key is known), exit 125.
 pub fn refuse_unparsed(message: String) -> i32 {
-    let draft = Draft {
-        receipt_id: new_id("rcpt"),
-        attempt_id: None,
-        goal: None,
-        request: None,
-        started: SystemTime::now(),
-        key: None,
-        key_path: None,
-        receipt_path: None,
-    };
-    draft.refuse(Refusal::new(Reason::InvalidInput, message))
+    Draft::new(None).refuse(Refusal::new(Reason::InvalidInput, message))
 }
 
 pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
@@ -363,16 +367,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         .state_dir
         .clone()
         .unwrap_or_else(journal::default_state_dir);
-    let mut draft = Draft {
-        receipt_id: new_id("rcpt"),
-        attempt_id: None,
-        goal: None,
-        request: None,
-        started: SystemTime::now(),
-        key: None,
-        key_path: None,
-        receipt_path: args.receipt.clone(),
-    };
+    let mut draft = Draft::new(args.receipt.clone());
     let key = runner_key(args.key.as_deref(), &state_dir);
     if let Ok((k, p)) = &key {
         draft.key = Some(k.clone());

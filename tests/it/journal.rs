@@ -107,16 +107,7 @@ fn resolve_failed_unblocks_and_keeps_the_spent_use() {
     let e = Env::new();
     let probe = ["sh", "-c", "exec sleep 1000"];
     e.approve(&["--uses", "2"], &probe);
-    let mut child = e
-        .run_cmd(&[], &probe)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let end = std::time::Instant::now() + Duration::from_secs(20);
-    while e.journal_executing_count() == 0 && std::time::Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = start_and_wait_for_executing(&e, &probe, 1);
     std::thread::sleep(Duration::from_millis(100));
     child.kill().expect("kill");
     let _ = child.wait();
@@ -133,18 +124,8 @@ fn resolve_failed_unblocks_and_keeps_the_spent_use() {
     assert_eq!(attempts(&e)[0]["state"], "resolved");
     // One use left: the next run goes ahead (quick command), then exhaustion.
     let quick = ["sh", "-c", "exec sleep 1000"];
-    let second = e
-        .run_cmd(&[], &quick)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let end = std::time::Instant::now() + Duration::from_secs(20);
-    while e.journal_executing_count() < 2 && std::time::Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(e.journal_executing_count(), 2);
-    unsafe_free_term(second.id());
+    let second = start_and_wait_for_executing(&e, &quick, 2);
+    send_term(second.id());
     let o = second.wait_with_output().expect("wait");
     let r = finish_run(o);
     assert_eq!(r.class(), "cancelled_reaped");
@@ -152,7 +133,28 @@ fn resolve_failed_unblocks_and_keeps_the_spent_use() {
     assert_eq!(r.reason(), "lease_exhausted");
 }
 
-fn unsafe_free_term(pid: u32) {
+/// Start a run in the background and wait (bounded) until the journal
+/// holds `records` executing records.
+fn start_and_wait_for_executing(e: &Env, probe: &[&str], records: usize) -> std::process::Child {
+    let child = e
+        .run_cmd(&[], probe)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while e.journal_executing_count() < records && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        e.journal_executing_count(),
+        records,
+        "the run never started"
+    );
+    child
+}
+
+fn send_term(pid: u32) {
     let _ = std::process::Command::new("kill")
         .arg("-TERM")
         .arg(pid.to_string())
@@ -164,16 +166,7 @@ fn resolve_stop_revokes_the_lease() {
     let e = Env::new();
     let probe = ["sh", "-c", "exec sleep 1000"];
     e.approve(&["--uses", "5"], &probe);
-    let mut child = e
-        .run_cmd(&[], &probe)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let end = std::time::Instant::now() + Duration::from_secs(20);
-    while e.journal_executing_count() == 0 && std::time::Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = start_and_wait_for_executing(&e, &probe, 1);
     child.kill().expect("kill");
     let _ = child.wait();
     let id = attempts(&e)[0]["attempt_id"]
@@ -313,14 +306,7 @@ fn journal_show_and_verify_cross_check_the_receipt() {
     assert_eq!(o.status.code(), Some(2));
     let verify_with = |dir: &std::path::Path| {
         output(
-            cmd()
-                .arg("verify")
-                .arg("--goal")
-                .arg(&e.goal)
-                .arg("--receipt")
-                .arg(&receipt)
-                .arg("--trust")
-                .arg(e.runner_pub())
+            e.verify_cmd(&receipt, &e.runner_pub())
                 .arg("--state-dir")
                 .arg(dir),
         )

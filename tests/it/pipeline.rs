@@ -291,16 +291,7 @@ fn openssl_generated_keys_work() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let receipt = e.path("r.json");
     std::fs::write(&receipt, &r.stdout).expect("write");
-    let o = output(
-        cmd()
-            .arg("verify")
-            .arg("--goal")
-            .arg(&e.goal)
-            .arg("--receipt")
-            .arg(&receipt)
-            .arg("--trust")
-            .arg(&e.trust),
-    );
+    let o = output(e.verify_cmd(&receipt, &e.trust));
     assert_eq!(
         o.status.code(),
         Some(0),

@@ -179,17 +179,21 @@ impl Env {
         (r, p)
     }
 
+    /// `verify --goal G --receipt R --trust T` (more flags may be added).
+    pub fn verify_cmd(&self, receipt: &Path, trust: &Path) -> Command {
+        let mut c = cmd();
+        c.arg("verify")
+            .arg("--goal")
+            .arg(&self.goal)
+            .arg("--receipt")
+            .arg(receipt)
+            .arg("--trust")
+            .arg(trust);
+        c
+    }
+
     pub fn verify(&self, receipt: &Path) -> (i32, String) {
-        let o = output(
-            cmd()
-                .arg("verify")
-                .arg("--goal")
-                .arg(&self.goal)
-                .arg("--receipt")
-                .arg(receipt)
-                .arg("--trust")
-                .arg(self.runner_pub()),
-        );
+        let o = output(self.verify_cmd(receipt, &self.runner_pub()));
         (
             o.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&o.stdout).to_string(),

@@ -98,16 +98,7 @@ fn a_receipt_signed_by_another_key_is_not_verified() {
     let receipt = verified_receipt(&e);
     let o = output(cmd().arg("keygen").arg("--out").arg(e.path("other")));
     assert!(o.status.success());
-    let o = output(
-        cmd()
-            .arg("verify")
-            .arg("--goal")
-            .arg(&e.goal)
-            .arg("--receipt")
-            .arg(&receipt)
-            .arg("--trust")
-            .arg(e.path("other.pub")),
-    );
+    let o = output(e.verify_cmd(&receipt, &e.path("other.pub")));
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("NOT_VERIFIED"));
 }
@@ -154,14 +145,7 @@ fn verify_json_is_one_object() {
     let e = Env::new();
     let receipt = verified_receipt(&e);
     let o = output(
-        cmd()
-            .arg("verify")
-            .arg("--goal")
-            .arg(&e.goal)
-            .arg("--receipt")
-            .arg(&receipt)
-            .arg("--trust")
-            .arg(e.runner_pub())
+        e.verify_cmd(&receipt, &e.runner_pub())
             .arg("--json")
             .arg("--state-dir")
             .arg(&e.state),
