@@ -33,7 +33,7 @@ pub fn boundary_text(req: &IsolationRequest, uid: u32) -> String {
         req.as_user.is_some() || req.fs_write.is_some() || req.no_network || req.pid_namespace;
     if sandboxed {
         parts.push(format!(
-            "runs as uid {uid}; this is a partial OS sandbox: only the options listed are enforced"
+            "runs as uid {uid}; this is an OS sandbox only in the ways listed here, and otherwise the process may do whatever uid {uid} can"
         ));
     } else {
         parts.push(format!("runs as uid {uid}; this is not an OS sandbox: the process may read, write and delete anything uid {uid} can, use the network, and signal other processes of uid {uid}"));
@@ -115,7 +115,10 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
     }
     let report = IsolationReport {
         boundary: boundary_text(req, child_uid),
-        os_sandbox: false,
+        os_sandbox: req.as_user.is_some()
+            || req.fs_write.is_some()
+            || req.no_network
+            || req.pid_namespace,
         uid: child_uid,
         gid: child_gid,
         no_new_privs: true,

@@ -577,7 +577,7 @@ fn execute(
     let result = supervise::run(supervise::Plan {
         spec,
         limits: *l,
-        mirror,
+        mirror: supervise::Mirror::for_stderr(mirror),
         signals,
         cgroups: &cgroups,
     });

@@ -103,7 +103,28 @@ impl OutputBudget {
     }
 }
 
-fn drain(mut pipe: File, keep: u64, budget: Arc<OutputBudget>, mirror: bool) -> StreamCapture {
+/// How `--stream` mirrors the child's output to our stderr: raw bytes into
+/// a log file or pipe (CI logs keep their colours), the terminal-safe
+/// projection when stderr is a terminal (escape sequences cannot reach it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mirror {
+    Off,
+    Raw,
+    Terminal,
+}
+
+impl Mirror {
+    pub fn for_stderr(enabled: bool) -> Mirror {
+        use std::io::IsTerminal;
+        match (enabled, std::io::stderr().is_terminal()) {
+            (false, _) => Mirror::Off,
+            (true, false) => Mirror::Raw,
+            (true, true) => Mirror::Terminal,
+        }
+    }
+}
+
+fn drain(mut pipe: File, keep: u64, budget: Arc<OutputBudget>, mirror: Mirror) -> StreamCapture {
     let mut cap = StreamCapture::new(keep);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -112,8 +133,15 @@ fn drain(mut pipe: File, keep: u64, budget: Arc<OutputBudget>, mirror: bool) -> 
             Ok(n) => {
                 cap.push(&buf[..n]);
                 budget.add(n as u64);
-                if mirror {
-                    let _ = std::io::stderr().lock().write_all(&buf[..n]);
+                match mirror {
+                    Mirror::Off => {}
+                    Mirror::Raw => {
+                        let _ = std::io::stderr().lock().write_all(&buf[..n]);
+                    }
+                    Mirror::Terminal => {
+                        let text = crate::capture::project_text(&buf[..n]);
+                        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+                    }
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -127,7 +155,7 @@ fn drain(mut pipe: File, keep: u64, budget: Arc<OutputBudget>, mirror: bool) -> 
 pub struct Plan<'a> {
     pub spec: SpawnSpec<'a>,
     pub limits: Limits,
-    pub mirror: bool,
+    pub mirror: Mirror,
     pub signals: &'a mut SignalFd,
     pub cgroups: &'a RunCgroups,
 }
