@@ -471,21 +471,23 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
         if !main_has_exited(main) {
             let _ = killpg(main, Signal::SIGKILL);
         }
-        for m in cgroups.members() {
-            if m != main.as_raw() && proc_state(m).is_some_and(|(st, _)| st != 'Z') {
-                seen_alive.insert(m);
-            }
-        }
-        cgroups.kill();
         // Fast path: while the v2 group itself says it is populated, the run
-        // is not gone; kill through it and reap without walking /proc.
+        // is not gone; kill through it and reap without walking /proc (the
+        // first pass has already counted everything alive).
         if !first && cgroups.populated() == Some(true) && Instant::now() < end {
+            cgroups.kill();
             reap_strays(main);
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(5));
             continue;
         }
         first = false;
+        for m in cgroups.members() {
+            if m != main.as_raw() && proc_state(m).is_some_and(|(st, _)| st != 'Z') {
+                seen_alive.insert(m);
+            }
+        }
+        cgroups.kill();
         if !cgroups.has_kill() {
             cgroups.kill_members();
         }
