@@ -351,6 +351,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         unsafe { child_main(&child) }
     }
     drop(err_w);
+    crate::fault::point("after_fork");
     // SAFETY: with CLONE_PIDFD the kernel stored a new fd that only we own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd_out) };
     let mut report = [0u8; 5];

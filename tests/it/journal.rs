@@ -363,6 +363,17 @@ mod crash_injection {
     }
 
     #[test]
+    fn crash_between_fork_and_exec_is_unknown_not_replayed() {
+        let (e, log) = crash_at("after_fork");
+        // The child may or may not have run before the parent-death signal.
+        let before = spawns(&log);
+        assert!(before <= 1);
+        let r = next_run(&e, &log);
+        assert_eq!(r.reason(), "unresolved_unknown_outcome");
+        assert_eq!(spawns(&log), before);
+    }
+
+    #[test]
     fn crash_after_reaping_is_unknown_not_replayed() {
         let (e, log) = crash_at("after_reap");
         assert_eq!(spawns(&log), 1);
