@@ -23,8 +23,7 @@ fn content_changed_after_approval_is_refused() {
     body.push_str("echo injected\n");
     std::fs::write(&p, body).expect("write");
     let r = e.run(&[], &["./tool.sh"]);
-    assert_eq!(r.code, 125, "{}", r.stderr);
-    assert_eq!(r.reason(), "executable_drift");
+    r.assert_refused("executable_drift");
     assert_eq!(r.outcome()["needs_human"], true);
     assert!(!marker.exists(), "the drifted executable ran");
     assert_eq!(e.journal_executing_count(), 0, "a refusal spent a use");
@@ -42,8 +41,7 @@ fn identical_copy_with_a_new_inode_is_refused() {
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     std::fs::rename(&tmp, &p).expect("rename");
     let r = e.run(&[], &["./tool.sh"]);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "executable_drift");
+    r.assert_refused("executable_drift");
     assert!(!marker.exists());
 }
 
@@ -57,8 +55,7 @@ fn retargeted_symlink_is_refused() {
     std::fs::remove_file(e.ws.join("tool")).expect("rm");
     std::os::unix::fs::symlink("b.sh", e.ws.join("tool")).expect("symlink");
     let r = e.run(&[], &["./tool"]);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "executable_drift");
+    r.assert_refused("executable_drift");
     assert!(!marker.exists());
 }
 
@@ -73,8 +70,7 @@ fn cwd_removed_and_recreated_is_refused() {
     std::fs::remove_dir(&sub).expect("rmdir");
     std::fs::create_dir(&sub).expect("mkdir");
     let r = e.run(&["--cwd", "sub"], &probe);
-    assert_eq!(r.code, 125, "{}", r.stderr);
-    assert_eq!(r.reason(), "cwd_drift");
+    r.assert_refused("cwd_drift");
     assert!(!marker.exists());
 }
 

@@ -214,8 +214,7 @@ fn as_user_without_root_is_refused_with_zero_spawn() {
     .args(inner.get_args())
     .stdin(std::process::Stdio::null());
     let r = finish_run(output(&mut c));
-    assert_eq!(r.code, 125, "{}", r.stderr);
-    assert_eq!(r.reason(), "isolation_unavailable");
+    r.assert_refused("isolation_unavailable");
     assert!(r.stderr.contains("root"), "{}", r.stderr);
     assert!(!marker.exists(), "spawned despite the refusal");
     assert_eq!(e.journal_executing_count(), 0, "a refusal spent a use");

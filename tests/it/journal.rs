@@ -95,8 +95,7 @@ fn sigkill_of_the_runner_mid_run_kills_the_child_and_blocks_the_goal() {
     assert_eq!(a[0]["state"], "unknown");
     std::fs::remove_file(&pidf).expect("rm");
     let r = e.run(&[], &probe);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "unresolved_unknown_outcome");
+    r.assert_refused("unresolved_unknown_outcome");
     assert_eq!(r.outcome()["needs_human"], true);
     assert!(!pidf.exists(), "a refused run spawned");
     assert_eq!(e.journal_executing_count(), 1);
@@ -224,8 +223,7 @@ fn torn_tail_fails_closed_and_is_reported() {
     bytes.extend_from_slice(b"{\"v\":1,\"seq\":2,\"pre");
     std::fs::write(&f, &bytes).expect("write");
     let r = e.run(&[], &["true"]);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "journal_corrupt");
+    r.assert_refused("journal_corrupt");
     assert_eq!(
         std::fs::read(&f).expect("read"),
         bytes,
@@ -273,8 +271,7 @@ fn a_state_dir_that_is_a_file_is_journal_unavailable() {
     e.approve(&[], &probe);
     std::fs::write(&e.state, "not a dir").expect("write");
     let r = e.run(&[], &probe);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "journal_unavailable");
+    r.assert_refused("journal_unavailable");
     assert!(!marker.exists());
 }
 

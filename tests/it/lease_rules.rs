@@ -42,8 +42,7 @@ fn unknown_request_field_is_refused_and_named() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("shell"));
     let r = e.run(&["--request", req.to_str().unwrap_or_default()], &[]);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "invalid_input");
+    r.assert_refused("invalid_input");
     assert!(r.stderr.contains("shell"), "{}", r.stderr);
     assert_eq!(
         r.stderr.lines().count(),
@@ -71,8 +70,7 @@ fn goal_revision_bump_invalidates_the_lease() {
     e.approve(&[], &["true"]);
     e.set_goal(&DEFAULT_GOAL.replace("\"revision\": 1", "\"revision\": 2"));
     let r = e.run(&[], &["true"]);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "goal_mismatch");
+    r.assert_refused("goal_mismatch");
 }
 
 #[test]
@@ -81,8 +79,7 @@ fn expired_lease_is_refused() {
     e.approve(&["--ttl", "1s"], &["true"]);
     std::thread::sleep(std::time::Duration::from_millis(1300));
     let r = e.run(&[], &["true"]);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "lease_expired");
+    r.assert_refused("lease_expired");
     assert_eq!(r.outcome()["needs_human"], true);
 }
 
@@ -95,8 +92,7 @@ fn uses_are_finite_and_counted_by_actual_spawns() {
     assert_eq!(e.run(&[], &probe).code, 0);
     assert_eq!(e.run(&[], &probe).code, 0);
     let r = e.run(&[], &probe);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "lease_exhausted");
+    r.assert_refused("lease_exhausted");
     let spawns = std::fs::read_to_string(&log)
         .unwrap_or_default()
         .lines()
@@ -116,8 +112,7 @@ fn edited_lease_in_the_manifest_is_refused() {
     assert_ne!(m, edited);
     std::fs::write(&e.manifest, edited).expect("write");
     let r = e.run(&[], &probe);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "lease_signature_invalid");
+    r.assert_refused("lease_signature_invalid");
     assert!(!marker.exists());
 }
 
@@ -141,8 +136,7 @@ fn lease_signed_by_another_key_is_refused() {
             .arg("--")
             .arg("true"),
     ));
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "lease_signature_invalid");
+    r.assert_refused("lease_signature_invalid");
 }
 
 #[test]
@@ -181,8 +175,7 @@ fn revoked_lease_is_refused_and_unknown_ids_are_rejected() {
         String::from_utf8_lossy(&o.stderr)
     );
     let r = e.run(&[], &["true"]);
-    assert_eq!(r.code, 125);
-    assert_eq!(r.reason(), "lease_revoked");
+    r.assert_refused("lease_revoked");
 }
 
 #[test]

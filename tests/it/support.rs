@@ -43,6 +43,15 @@ impl Run {
     pub fn predicate(&self) -> &Value {
         &self.statement["predicate"]
     }
+    /// Refused before spawn (exit 125) with exactly this reason.
+    pub fn assert_refused(&self, reason: &str) {
+        assert_eq!(
+            (self.code, self.class(), self.reason()),
+            (125, "known_not_executed", reason),
+            "stderr: {}",
+            self.stderr
+        );
+    }
 }
 
 pub fn cmd() -> Command {
