@@ -368,10 +368,15 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         .clone()
         .unwrap_or_else(journal::default_state_dir);
     let mut draft = Draft::new(args.receipt.clone());
-    let key = runner_key(args.key.as_deref(), &state_dir);
-    if let Ok((k, p)) = &key {
-        draft.key = Some(k.clone());
-        draft.key_path = Some(p.clone());
+    // Sign refusals of bad input with a key that already exists, but create
+    // nothing on disk until the input is known to be good.
+    let existing = args
+        .key
+        .clone()
+        .unwrap_or_else(|| state_dir.join("runner.key"));
+    if let Ok(k) = sign::load_signing_key(&existing) {
+        draft.key = Some(k);
+        draft.key_path = Some(existing);
     }
     let goal = match goal::load(&args.goal) {
         Ok(g) => g,
@@ -393,10 +398,12 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         Ok(k) => k,
         Err(e) => return draft.refuse(Refusal::new(Reason::InvalidInput, e.to_string())),
     };
-    let (key, key_path) = match key {
+    let (key, key_path) = match runner_key(args.key.as_deref(), &state_dir) {
         Ok(k) => k,
         Err(r) => return draft.refuse(r),
     };
+    draft.key = Some(key.clone());
+    draft.key_path = Some(key_path.clone());
     let mut journal = match Journal::open(&state_dir, &goal.goal.id) {
         Ok(j) => j,
         Err(e) => return draft.refuse(journal_refusal(e)),

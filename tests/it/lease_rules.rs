@@ -205,4 +205,5 @@ fn bad_run_usage_exits_125() {
     let r = finish_run(o);
     assert_eq!(r.reason(), "invalid_input");
     assert!(r.stderr.contains("missing.json"));
+    assert!(!e.state.exists(), "bad input created state on disk");
 }
