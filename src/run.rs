@@ -69,7 +69,6 @@ struct Draft {
     request: Option<Request>,
     started: SystemTime,
     key: Option<SigningKey>,
-    key_path: Option<PathBuf>,
     receipt_path: Option<PathBuf>,
 }
 
@@ -83,7 +82,6 @@ impl Draft {
             request: None,
             started: SystemTime::now(),
             key: None,
-            key_path: None,
             receipt_path,
         }
     }
@@ -376,7 +374,6 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         .unwrap_or_else(|| state_dir.join("runner.key"));
     if let Ok(k) = sign::load_signing_key(&existing) {
         draft.key = Some(k);
-        draft.key_path = Some(existing);
     }
     let goal = match goal::load(&args.goal) {
         Ok(g) => g,
@@ -403,7 +400,6 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         Err(r) => return draft.refuse(r),
     };
     draft.key = Some(key.clone());
-    draft.key_path = Some(key_path.clone());
     let mut journal = match Journal::open(&state_dir, &goal.goal.id) {
         Ok(j) => j,
         Err(e) => return draft.refuse(journal_refusal(e)),
