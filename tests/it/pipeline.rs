@@ -323,3 +323,83 @@ fn request_file_and_stdin_forms_match_the_same_lease() {
     let r = e.run(&["--profile", "short"], &["echo", "hi"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
+
+#[test]
+fn run_by_lease_id_and_receipt_to_a_file() {
+    let e = Env::new();
+    let id = e.approve(&[], &["echo", "by-id"]);
+    let receipt = e.path("out/receipt.json");
+    std::fs::create_dir(e.path("out")).expect("dir");
+    let o = output(e.run_cmd(
+        &[
+            "--lease",
+            &id,
+            "--receipt",
+            receipt.to_str().unwrap_or_default(),
+        ],
+        &[],
+    ));
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stdout.is_empty(), "receipt went to stdout too");
+    let stmt = decode_envelope(&std::fs::read(&receipt).expect("receipt file"));
+    assert_eq!(stmt["predicate"]["streams"]["stdout"]["text"], "by-id\n");
+    assert_eq!(stmt["predicate"]["lease"]["id"], id.as_str());
+}
+
+#[test]
+fn home_and_tmpdir_are_fresh_private_and_removed_after_the_run() {
+    let e = Env::new();
+    let probe = [
+        "sh",
+        "-c",
+        "echo $HOME; echo $TMPDIR; ls -A $HOME | wc -l; stat -c %a $HOME $TMPDIR",
+    ];
+    e.approve(&["--uses", "2"], &probe);
+    let r1 = e.run(&[], &probe);
+    let r2 = e.run(&[], &probe);
+    let l1: Vec<String> = r1.stdout_text().lines().map(String::from).collect();
+    let l2: Vec<String> = r2.stdout_text().lines().map(String::from).collect();
+    assert_ne!(l1[0], l2[0], "HOME reused across attempts");
+    assert_eq!(l1[2], "0", "HOME was not empty");
+    assert_eq!(&l1[3..5], ["700", "700"]);
+    assert!(!std::path::Path::new(&l1[0]).exists(), "HOME left behind");
+    assert!(!std::path::Path::new(&l1[1]).exists(), "TMPDIR left behind");
+}
+
+#[test]
+fn keygen_never_overwrites_a_key() {
+    let e = Env::new();
+    let before = std::fs::read(&e.key).expect("key");
+    let o = output(cmd().arg("keygen").arg("--out").arg(e.path("approver")));
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(std::fs::read(&e.key).expect("key"), before);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&e.key)
+        .expect("meta")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+#[test]
+fn the_approval_summary_says_exactly_what_is_approved() {
+    let e = Env::new();
+    let o = output(e.approve_cmd(
+        &["--wall-time", "90s", "--env", "MODE=ci"],
+        &["printf", "%s", "a b;c"],
+    ));
+    assert!(o.status.success());
+    let s = String::from_utf8_lossy(&o.stderr);
+    for want in [
+        "\"printf\", \"%s\", \"a b;c\"",
+        "sha256",
+        "wall time 1m 30s",
+        "MODE=\"ci\"",
+        "TZ=\"UTC\"",
+        "is not an OS sandbox",
+        "runs as uid",
+    ] {
+        assert!(s.contains(want), "summary lacks {want:?}:\n{s}");
+    }
+}

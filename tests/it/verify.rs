@@ -154,3 +154,39 @@ fn verify_json_is_one_object() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(v["verdict"], "VERIFIED_DONE");
 }
+
+#[test]
+fn sha256_contains_and_absence_criteria_are_checked() {
+    let e = Env::new();
+    let want = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"; // "hello\n"
+    e.set_goal(&format!(
+        r#"{{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+          "criteria": [ {{ "kind": "file", "path": "a.txt", "sha256": "{want}" }},
+                        {{ "kind": "file", "path": "a.txt", "contains": "hell" }},
+                        {{ "kind": "file", "path": "tmp.lock", "exists": false }} ] }}"#
+    ));
+    let good = ["sh", "-c", "echo hello > a.txt"];
+    e.approve(&["--uses", "2"], &good);
+    let (r, receipt) = e.run_to_file("good.json", &good);
+    assert_eq!(r.code, 0);
+    assert_eq!(e.verify(&receipt).0, 0);
+    // The same receipt fails once a file that must not exist appears.
+    std::fs::write(e.ws.join("tmp.lock"), "x").expect("write");
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 1);
+    assert!(out.contains("tmp.lock"), "{out}");
+    std::fs::remove_file(e.ws.join("tmp.lock")).expect("rm");
+    // Different content: both sha256 and contains are unmet, each on its own line.
+    let bad = ["sh", "-c", "echo goodbye > a.txt"];
+    e.approve(&[], &bad);
+    let (_, receipt) = e.run_to_file("bad.json", &bad);
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 1);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "NOT_VERIFIED");
+    assert!(lines.iter().any(|l| l.contains("sha256")), "{out}");
+    assert!(
+        lines.iter().any(|l| l.contains("does not contain")),
+        "{out}"
+    );
+}
