@@ -299,8 +299,6 @@ pub enum Reason {
     ExecFailed,
     /// `unknown`: the processes could not be confirmed gone within the bound.
     CleanupUnconfirmed,
-    /// `unknown`: the runner died mid-attempt (found later in the journal).
-    RunnerLost,
 }
 
 impl Reason {
@@ -320,7 +318,6 @@ impl Reason {
                 | Reason::UnresolvedUnknownOutcome
                 | Reason::JournalCorrupt
                 | Reason::CleanupUnconfirmed
-                | Reason::RunnerLost
         )
     }
 }
