@@ -250,6 +250,18 @@ pub fn hash_path(path: &Path) -> std::io::Result<(u64, String)> {
     Ok((total, hex::encode(hasher.finalize())))
 }
 
+/// Size and SHA-256 of `rel` inside `workspace` (canonical), or `None` when
+/// it is missing, not a regular file, or reached through a symlink that
+/// leads out of the workspace. Used for products and their read-back.
+pub fn hash_workspace_file(workspace: &Path, rel: &str) -> Option<(u64, String)> {
+    let full = workspace.join(rel);
+    let inside = fs::canonicalize(&full).is_ok_and(|c| c.starts_with(workspace));
+    fs::metadata(&full)
+        .ok()
+        .filter(|m| m.is_file() && inside)
+        .and_then(|_| hash_path(&full).ok())
+}
+
 /// Open a directory (no symlink in the last component) and read its identity
 /// from the fd.
 pub fn open_dir(path: &Path) -> Result<OpenedDir, IdentityError> {

@@ -23,29 +23,19 @@ pub fn empty_stream() -> StreamRecord {
 pub fn products(workspace: &Path, paths: &[String]) -> Vec<Product> {
     paths
         .iter()
-        .map(|rel| {
-            let full = workspace.join(rel);
-            let inside = std::fs::canonicalize(&full)
-                .map(|c| c.starts_with(workspace))
-                .unwrap_or(false);
-            let hashed = std::fs::metadata(&full)
-                .ok()
-                .filter(|m| m.is_file() && inside)
-                .and_then(|_| identity::hash_path(&full).ok());
-            match hashed {
-                Some((size, sha256)) => Product {
-                    path: rel.clone(),
-                    exists: true,
-                    size: Some(size),
-                    sha256: Some(sha256),
-                },
-                None => Product {
-                    path: rel.clone(),
-                    exists: false,
-                    size: None,
-                    sha256: None,
-                },
-            }
+        .map(|rel| match identity::hash_workspace_file(workspace, rel) {
+            Some((size, sha256)) => Product {
+                path: rel.clone(),
+                exists: true,
+                size: Some(size),
+                sha256: Some(sha256),
+            },
+            None => Product {
+                path: rel.clone(),
+                exists: false,
+                size: None,
+                sha256: None,
+            },
         })
         .collect()
 }

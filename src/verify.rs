@@ -237,14 +237,7 @@ fn check_file(
         return Some("the receipt names no workspace to read back from".into());
     };
     let must_exist = exists != Some(false);
-    let full = ws.join(path);
-    let inside = std::fs::canonicalize(&full)
-        .map(|c| c.starts_with(ws))
-        .unwrap_or(false);
-    let disk = std::fs::metadata(&full)
-        .ok()
-        .filter(|m| m.is_file() && inside)
-        .and_then(|_| identity::hash_path(&full).ok());
+    let disk = identity::hash_workspace_file(ws, path);
     if !must_exist {
         return match (prod.exists, &disk) {
             (false, None) => None,
@@ -269,7 +262,7 @@ fn check_file(
         }
     }
     if let Some(needle) = contains {
-        let content = std::fs::read(&full).unwrap_or_default();
+        let content = std::fs::read(ws.join(path)).unwrap_or_default();
         let found = content
             .windows(needle.len().max(1))
             .any(|w| w == needle.as_bytes())
