@@ -609,7 +609,8 @@ fn attempt_lock_path(state_dir: &Path, attempt_id: &str) -> PathBuf {
 
 /// Held by the live runner for the whole attempt.
 pub struct AttemptLock {
-    _lock: Flock<File>,
+    lock: Flock<File>,
+    path: PathBuf,
 }
 
 impl AttemptLock {
@@ -626,7 +627,15 @@ impl AttemptLock {
             .map_err(unavailable(&path))?;
         let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
             .map_err(|(_, e)| unavailable(&path)(e.into()))?;
-        Ok(AttemptLock { _lock: lock })
+        Ok(AttemptLock { lock, path })
+    }
+
+    /// The attempt is finished (its result is journaled or it reads as
+    /// unknown either way): remove the lock file, then let go of the lock.
+    /// Only a crashed runner's lock file stays behind.
+    pub fn release(self) {
+        let _ = fs::remove_file(&self.path);
+        drop(self.lock);
     }
 }
 

@@ -669,7 +669,7 @@ fn execute(
     }
     fault::point("before_print");
     draft.emit(receipt_body);
-    drop(lock);
+    lock.release();
     drop(scratch);
     if outcome.class != OutcomeClass::KnownNotExecuted {
         if let Some(m) = &outcome.message {

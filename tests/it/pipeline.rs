@@ -28,6 +28,9 @@ fn approve_run_verify_end_to_end() {
     let (code, out) = e.verify(&receipt);
     assert_eq!(code, 0, "{out}");
     assert_eq!(out.lines().next(), Some("VERIFIED_DONE"));
+    // A finished attempt leaves no lock file behind (only crashed ones do).
+    let locks = std::fs::read_dir(e.state.join("attempts")).map_or(0, |d| d.count());
+    assert_eq!(locks, 0);
     // receipt show prints the decoded statement
     let o = output(cmd().arg("receipt").arg("show").arg(&receipt));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("statement");
