@@ -43,6 +43,7 @@ pub struct ApproveArgs {
     pub as_user: Option<String>,
     pub fs_write: Vec<PathBuf>,
     pub fs_write_scope: bool,
+    pub fs_read: Vec<PathBuf>,
     pub no_network: bool,
     pub pid_namespace: bool,
     pub max_executable_size: u64,
@@ -163,19 +164,26 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
     .map_err(|e| e.to_string())?;
 
     let limits = apply_overrides(tier(request.profile), &a.limits)?;
-    let mut fs_write = None;
-    if !a.fs_write.is_empty() || a.fs_write_scope {
-        let mut paths = Vec::new();
-        for p in &a.fs_write {
-            let c =
-                std::fs::canonicalize(p).map_err(|e| format!("--fs-write {}: {e}", p.display()))?;
-            paths.push(c.display().to_string());
-        }
-        fs_write = Some(paths);
-    }
+    let canonical_all = |flag: &str, paths: &[PathBuf]| -> Result<Vec<String>, String> {
+        paths
+            .iter()
+            .map(|p| {
+                std::fs::canonicalize(p)
+                    .map(|c| c.display().to_string())
+                    .map_err(|e| format!("{flag} {}: {e}", p.display()))
+            })
+            .collect()
+    };
+    let fs_read = (!a.fs_read.is_empty())
+        .then(|| canonical_all("--fs-read", &a.fs_read))
+        .transpose()?;
+    let fs_write = (!a.fs_write.is_empty() || a.fs_write_scope || fs_read.is_some())
+        .then(|| canonical_all("--fs-write", &a.fs_write))
+        .transpose()?;
     let isolation = IsolationRequest {
         as_user: a.as_user.as_deref().map(parse_user).transpose()?,
         fs_write,
+        fs_read,
         no_network: a.no_network,
         pid_namespace: a.pid_namespace,
     };

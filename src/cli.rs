@@ -157,6 +157,11 @@ pub struct ApproveCmd {
     /// Turn the Landlock write scope on with only the workspace, HOME and TMPDIR writable.
     #[arg(long)]
     pub fs_write_scope: bool,
+    /// Narrow reads and execution to these paths (repeatable) plus the
+    /// writable ones; turns the Landlock scope on. List system directories
+    /// (e.g. /usr, /lib, /etc) the program needs.
+    #[arg(long, value_name = "PATH")]
+    pub fs_read: Vec<PathBuf>,
     #[arg(long)]
     pub no_network: bool,
     #[arg(long)]

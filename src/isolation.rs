@@ -40,10 +40,22 @@ pub fn boundary_text(req: &IsolationRequest, uid: u32) -> String {
     }
     match &req.fs_write {
         Some(paths) => parts.push(format!(
-            "writes are confined by Landlock to the workspace, its private HOME and TMPDIR{}; reads are not restricted",
-            if paths.is_empty() { String::new() } else { format!(" and {}", paths.join(", ")) }
+            "writes are confined by Landlock to the workspace, its private HOME and TMPDIR{}",
+            if paths.is_empty() {
+                String::new()
+            } else {
+                format!(" and {}", paths.join(", "))
+            }
         )),
         None => parts.push("the cwd is not a filesystem boundary".into()),
+    }
+    match &req.fs_read {
+        Some(paths) => parts.push(format!(
+            "reads and execution are confined to {} and the writable paths",
+            paths.join(", ")
+        )),
+        None if req.fs_write.is_some() => parts.push("reads are not restricted".into()),
+        None => {}
     }
     parts.push(if req.no_network {
         "it has no network but its own loopback".into()
@@ -92,7 +104,12 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
             let mut paths: Vec<PathBuf> = writable.to_vec();
             paths.extend(extra.iter().map(PathBuf::from));
             paths.push(PathBuf::from("/dev/null"));
-            let fd = build_ruleset(abi, &paths).map_err(|e| unavailable("--fs-write", e))?;
+            let readable: Option<Vec<PathBuf>> = req
+                .fs_read
+                .as_ref()
+                .map(|r| r.iter().map(PathBuf::from).collect());
+            let fd = build_ruleset(abi, &paths, readable.as_deref())
+                .map_err(|e| unavailable("--fs-write/--fs-read", e))?;
             landlock_abi = Some(abi);
             landlock_writable = paths.iter().map(|p| p.display().to_string()).collect();
             Some(fd)
@@ -127,6 +144,7 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
         capabilities_dropped: creds.is_some(),
         landlock_abi,
         landlock_writable,
+        landlock_readable: req.fs_read.clone().unwrap_or_default(),
         network_namespace: req.no_network,
         pid_namespace: req.pid_namespace,
         // Replaced by the pids cgroup's kind when `run` gets one.
@@ -143,7 +161,11 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
 /// Writes only beneath `writable`; reads and execution everywhere. Every
 /// access right of the kernel's ABI is handled, and the ruleset is a hard
 /// requirement: a right the kernel cannot restrict is an error, not a gap.
-fn build_ruleset(abi: i64, writable: &[PathBuf]) -> Result<OwnedFd, String> {
+fn build_ruleset(
+    abi: i64,
+    writable: &[PathBuf],
+    readable: Option<&[PathBuf]>,
+) -> Result<OwnedFd, String> {
     let abi = ABI::from(abi as i32);
     let all = AccessFs::from_all(abi);
     let read = AccessFs::from_read(abi);
@@ -153,10 +175,18 @@ fn build_ruleset(abi: i64, writable: &[PathBuf]) -> Result<OwnedFd, String> {
         .map_err(|e| e.to_string())?
         .create()
         .map_err(|e| e.to_string())?;
-    let root = PathFd::new("/").map_err(|e| e.to_string())?;
-    created = created
-        .add_rule(PathBeneath::new(root, read))
-        .map_err(|e| e.to_string())?;
+    let root = [PathBuf::from("/")];
+    for p in readable.unwrap_or(&root) {
+        let fd = PathFd::new(p).map_err(|e| format!("readable path {}: {e}", p.display()))?;
+        let access = if p.is_dir() {
+            read
+        } else {
+            read & AccessFs::from_file(abi)
+        };
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| format!("readable path {}: {e}", p.display()))?;
+    }
     for p in writable {
         let fd = PathFd::new(p).map_err(|e| format!("writable path {}: {e}", p.display()))?;
         let access = if Path::new(p).is_dir() {

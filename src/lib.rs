@@ -141,6 +141,7 @@ pub fn cli_main() -> i32 {
                 as_user: a.as_user,
                 fs_write: a.fs_write,
                 fs_write_scope: a.fs_write_scope,
+                fs_read: a.fs_read,
                 no_network: a.no_network,
                 pid_namespace: a.pid_namespace,
                 max_executable_size: a.max_executable_size,

@@ -193,6 +193,10 @@ pub struct IsolationRequest {
     /// `Some` turns the Landlock write scope on: the workspace, the private
     /// HOME/TMPDIR and these absolute paths are writable, nothing else.
     pub fs_write: Option<Vec<String>>,
+    /// `Some` narrows reads (and execution) to these absolute paths plus the
+    /// writable ones; `None` leaves reads unrestricted. Implies the scope.
+    #[serde(default)]
+    pub fs_read: Option<Vec<String>>,
     pub no_network: bool,
     pub pid_namespace: bool,
 }
@@ -432,6 +436,8 @@ pub struct IsolationReport {
     pub capabilities_dropped: bool,
     pub landlock_abi: Option<i64>,
     pub landlock_writable: Vec<String>,
+    /// Empty: reads unrestricted (when Landlock is on at all).
+    pub landlock_readable: Vec<String>,
     pub network_namespace: bool,
     pub pid_namespace: bool,
     /// How `max_processes` was enforced (`rlimit_nproc`, `pids_cgroup_v1`, …).

@@ -219,3 +219,45 @@ fn as_user_without_root_is_refused_with_zero_spawn() {
     assert!(!marker.exists(), "spawned despite the refusal");
     assert_eq!(e.journal_executing_count(), 0, "a refusal spent a use");
 }
+
+#[test]
+fn fs_read_narrows_reads_to_the_listed_paths() {
+    let e = Env::new();
+    std::fs::write(e.ws.join("data.txt"), "inside\n").expect("write");
+    let secret = e.path("secret.txt");
+    std::fs::write(&secret, "outside\n").expect("write");
+    let script = format!(
+        "cat data.txt && echo READ-WS; cat {} && echo READ-OUTSIDE; echo done",
+        secret.display()
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(
+        &[
+            "--fs-read",
+            "/usr",
+            "--fs-read",
+            "/lib",
+            "--fs-read",
+            "/etc",
+        ],
+        &probe,
+    );
+    let r = e.run(&[], &probe);
+    if r.reason() == "isolation_unavailable" {
+        eprintln!(
+            "SKIP fs_read_narrows_reads_to_the_listed_paths: {}",
+            r.stderr
+        );
+        return;
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let t = r.stdout_text();
+    assert!(t.contains("READ-WS") && t.contains("done"), "{t}");
+    assert!(
+        !t.contains("READ-OUTSIDE"),
+        "read a file outside the read scope: {t}"
+    );
+    assert!(!t.contains("outside"));
+    let readable = &r.predicate()["isolation"]["landlock_readable"];
+    assert!(readable.as_array().is_some_and(|a| !a.is_empty()));
+}
