@@ -101,23 +101,38 @@ pub fn write_keypair(key: &SigningKey, key_path: &Path, pub_path: &Path) -> Resu
         .verifying_key()
         .to_public_key_pem(Default::default())
         .map_err(|e| fmt_err(e.to_string()))?;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(key_path)
-        .map_err(werr(key_path))?;
-    f.write_all(private.as_bytes()).map_err(werr(key_path))?;
-    f.sync_all().map_err(werr(key_path))?;
+    // The private key appears complete or not at all, and never replaces an
+    // existing one: written to a private temporary name, then hard-linked
+    // into place (link fails if the name exists). Concurrent first runs
+    // racing to create the runner key therefore never read a partial file.
+    let mut tmp_name = key_path.as_os_str().to_os_string();
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp_name);
+    let written = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(private.as_bytes())?;
+        f.sync_all()?;
+        fs::hard_link(&tmp, key_path)
+    })();
+    let _ = fs::remove_file(&tmp);
+    written.map_err(werr(key_path))?;
+    let mut pub_tmp = pub_path.as_os_str().to_os_string();
+    pub_tmp.push(format!(".tmp{}", std::process::id()));
+    let pub_tmp = std::path::PathBuf::from(pub_tmp);
     let mut p = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o644)
-        .open(pub_path)
+        .open(&pub_tmp)
         .map_err(werr(pub_path))?;
     p.write_all(public.as_bytes()).map_err(werr(pub_path))?;
     p.sync_all().map_err(werr(pub_path))?;
+    fs::rename(&pub_tmp, pub_path).map_err(werr(pub_path))?;
     Ok(())
 }
 

@@ -187,7 +187,7 @@ fn parallel_runs_never_overspend_a_lease() {
         .map(|_| {
             e.run_cmd(&[], &probe)
                 .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
                 .spawn()
                 .expect("spawn")
         })
