@@ -8,7 +8,7 @@ use crate::support::*;
 macro_rules! require_root {
     ($name:expr) => {
         if !is_root() {
-            eprintln!("SKIP {}: needs root (CI runs as root)", $name);
+            skip!("{}: needs root (CI runs as root)", $name);
             return;
         }
     };
@@ -87,7 +87,7 @@ fn the_runner_key_is_out_of_reach_of_another_uid_and_the_receipt_says_so() {
 #[test]
 fn landlock_confines_writes_to_the_scope() {
     if !std::path::Path::new("/sys/kernel/security/landlock").exists() && !is_root() {
-        eprintln!("SKIP landlock_confines_writes_to_the_scope: no Landlock visible");
+        skip!("landlock_confines_writes_to_the_scope: no Landlock visible");
         return;
     }
     let e = Env::new();
@@ -104,7 +104,7 @@ fn landlock_confines_writes_to_the_scope() {
     e.approve(&["--fs-write", extra.to_str().expect("utf8")], &probe);
     let r = e.run(&[], &probe);
     if r.reason() == "isolation_unavailable" {
-        eprintln!("SKIP landlock_confines_writes_to_the_scope: {}", r.stderr);
+        skip!("landlock_confines_writes_to_the_scope: {}", r.stderr);
         return;
     }
     assert_eq!(r.code, 0, "{}", r.stderr);

@@ -267,7 +267,7 @@ fn openssl_generated_keys_work() {
         .output()
         .is_err()
     {
-        eprintln!("SKIP openssl_generated_keys_work: openssl is not installed");
+        skip!("openssl_generated_keys_work: openssl is not installed");
         return;
     }
     let e = Env::new();

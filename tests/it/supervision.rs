@@ -85,7 +85,7 @@ fn a_stopped_child_at_the_deadline_is_still_reaped() {
 #[test]
 fn as_pid_1_it_reaps_orphaned_zombies_during_the_run() {
     if !is_root() {
-        eprintln!("SKIP as_pid_1_it_reaps_orphaned_zombies_during_the_run: needs root for unshare --pid (CI runs as root)");
+        skip!("as_pid_1_it_reaps_orphaned_zombies_during_the_run: needs root for unshare --pid (CI runs as root)");
         return;
     }
     let e = Env::new();

@@ -6,6 +6,15 @@ use std::process::{Command, Output, Stdio};
 use base64::Engine;
 use serde_json::Value;
 
+/// Say SKIP and why, loudly: written straight to fd 2, past the test
+/// harness's output capture, so it shows even when the test passes.
+macro_rules! skip {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "\n*** SKIP {} ***", format!($($arg)*));
+    }};
+}
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_governed-exec");
 
 pub struct Env {
