@@ -650,8 +650,8 @@ pub fn attempt_is_live(state_dir: &Path, attempt_id: &str) -> bool {
     }
 }
 
-/// Write a file durably (content, then directory entry).
-pub fn write_durable(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+/// Write a file and fsync its content (not its directory entry).
+pub fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -659,11 +659,21 @@ pub fn write_durable(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()
         .mode(mode)
         .open(path)?;
     f.write_all(bytes)?;
-    f.sync_all()?;
+    f.sync_all()
+}
+
+/// fsync the directory holding `path` (`.` for a bare file name), making a
+/// create or rename of that entry durable.
+pub fn sync_parent_dir(path: &Path) -> std::io::Result<()> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    File::open(parent)?.sync_all()?;
-    Ok(())
+    File::open(parent)?.sync_all()
+}
+
+/// Write a file durably (content, then directory entry).
+pub fn write_durable(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    write_synced(path, bytes, mode)?;
+    sync_parent_dir(path)
 }

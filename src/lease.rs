@@ -13,7 +13,7 @@ use ed25519_dalek::{SigningKey, VerifyingKey};
 use nix::fcntl::{Flock, FlockArg};
 use sha2::{Digest, Sha256};
 
-use crate::journal::write_durable;
+use crate::journal::{sync_parent_dir, write_synced};
 use crate::model::{parse_json, Lease, LeaseBody, Manifest, MANIFEST_SCHEMA};
 use crate::sign;
 
@@ -90,13 +90,11 @@ pub fn update_manifest<T>(
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(".tmp");
     let tmp = path.with_file_name(tmp_name);
-    write_durable(&tmp, &bytes, 0o644).map_err(|e| format!("manifest {}: {e}", tmp.display()))?;
+    // Content first, then the rename; only the rename's directory entry
+    // needs the directory fsync (the temporary name's never matters).
+    write_synced(&tmp, &bytes, 0o644).map_err(|e| format!("manifest {}: {e}", tmp.display()))?;
     fs::rename(&tmp, path).map_err(|e| format!("manifest {}: {e}", path.display()))?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| format!("manifest dir {}: {e}", dir.display()))?;
-    }
+    sync_parent_dir(path).map_err(|e| format!("manifest directory of {}: {e}", path.display()))?;
     Ok(out)
 }
 
