@@ -203,13 +203,7 @@ fn parallel_runs_never_overspend_a_lease() {
         }
     }
     assert_eq!((ok, exhausted), (3, 9));
-    assert_eq!(
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .lines()
-            .count(),
-        3
-    );
+    assert_eq!(line_count(&log), 3);
     assert_eq!(journal_verify(&e).0, 0);
 }
 
@@ -338,20 +332,13 @@ mod crash_injection {
         e.run(&[], &["sh", "-c", &format!("echo x >> {}", log.display())])
     }
 
-    fn spawns(log: &std::path::Path) -> usize {
-        std::fs::read_to_string(log)
-            .unwrap_or_default()
-            .lines()
-            .count()
-    }
-
     #[test]
     fn crash_after_the_executing_record_is_unknown_not_replayed() {
         let (e, log) = crash_at("after_executing");
-        assert_eq!(spawns(&log), 0);
+        assert_eq!(line_count(&log), 0);
         let r = next_run(&e, &log);
         assert_eq!(r.reason(), "unresolved_unknown_outcome");
-        assert_eq!(spawns(&log), 0);
+        assert_eq!(line_count(&log), 0);
         assert_eq!(
             e.journal_executing_count(),
             1,
@@ -363,39 +350,39 @@ mod crash_injection {
     fn crash_between_fork_and_exec_is_unknown_not_replayed() {
         let (e, log) = crash_at("after_fork");
         // The child may or may not have run before the parent-death signal.
-        let before = spawns(&log);
+        let before = line_count(&log);
         assert!(before <= 1);
         let r = next_run(&e, &log);
         assert_eq!(r.reason(), "unresolved_unknown_outcome");
-        assert_eq!(spawns(&log), before);
+        assert_eq!(line_count(&log), before);
     }
 
     #[test]
     fn crash_after_reaping_is_unknown_not_replayed() {
         let (e, log) = crash_at("after_reap");
-        assert_eq!(spawns(&log), 1);
+        assert_eq!(line_count(&log), 1);
         let r = next_run(&e, &log);
         assert_eq!(r.reason(), "unresolved_unknown_outcome");
-        assert_eq!(spawns(&log), 1);
+        assert_eq!(line_count(&log), 1);
     }
 
     #[test]
     fn crash_before_the_result_record_is_unknown_not_replayed() {
         let (e, log) = crash_at("before_result");
-        assert_eq!(spawns(&log), 1);
+        assert_eq!(line_count(&log), 1);
         let r = next_run(&e, &log);
         assert_eq!(r.reason(), "unresolved_unknown_outcome");
-        assert_eq!(spawns(&log), 1);
+        assert_eq!(line_count(&log), 1);
     }
 
     #[test]
     fn crash_after_the_result_before_printing_is_done() {
         let (e, log) = crash_at("before_print");
-        assert_eq!(spawns(&log), 1);
+        assert_eq!(line_count(&log), 1);
         // The result is durable: the next run is a fresh use, not a replay.
         let r = next_run(&e, &log);
         assert_eq!(r.code, 0, "{}", r.stderr);
-        assert_eq!(spawns(&log), 2);
+        assert_eq!(line_count(&log), 2);
         assert_eq!(e.journal_executing_count(), 2);
         // The receipt of the crashed attempt survives in the state dir.
         let kept = std::fs::read_dir(e.state.join("receipts"))

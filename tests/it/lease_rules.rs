@@ -93,11 +93,7 @@ fn uses_are_finite_and_counted_by_actual_spawns() {
     assert_eq!(e.run(&[], &probe).code, 0);
     let r = e.run(&[], &probe);
     r.assert_refused("lease_exhausted");
-    let spawns = std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .lines()
-        .count();
-    assert_eq!(spawns, 2);
+    assert_eq!(line_count(&log), 2);
 }
 
 #[test]

@@ -129,10 +129,7 @@ fn max_processes_bounds_a_fork_storm() {
         &probe,
     );
     let r = e.run(&[], &probe);
-    let started = std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .lines()
-        .count();
+    let started = line_count(&log);
     assert!(
         started <= 20,
         "{started} processes started under a limit of 20 ({})",

@@ -249,6 +249,14 @@ pub fn finish_run(o: Output) -> Run {
     }
 }
 
+/// Lines in a file the children append to (0 if it does not exist).
+pub fn line_count(p: &Path) -> usize {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
 pub fn pid_alive(pid: i32) -> bool {
     // A zombie is dead for our purposes; anything else in /proc is alive.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
