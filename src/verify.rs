@@ -263,6 +263,11 @@ fn check_file(
     }
     if let Some(needle) = contains {
         let content = std::fs::read(ws.join(path)).unwrap_or_default();
+        // Search only the bytes whose digest matched the receipt: the file
+        // may have changed between the read-back hash and this read.
+        if sign::sha256_hex(&content) != disk_sha {
+            return Some("changed on disk during the read-back".into());
+        }
         let found = content
             .windows(needle.len().max(1))
             .any(|w| w == needle.as_bytes())
