@@ -84,6 +84,23 @@ pub fn admit(ctx: &Context<'_>, selection: &Selection) -> Result<Admitted, Refus
             .collect(),
     };
     if candidates.is_empty() {
+        if let Some(f) = ctx.manifest.foreign.iter().find(|f| match selection {
+            Selection::Request(req) => {
+                f.request.is_some() && f.request == serde_json::to_value(req).ok()
+            }
+            Selection::LeaseId(id) => f.lease_id.as_ref() == Some(id),
+        }) {
+            return Err(Refusal::new(
+                Reason::LeaseFormatUnsupported,
+                format!(
+                    "lease {} has format version {}, which this governed-exec does not read (it reads {}..={}): re-approve the request with this release",
+                    f.lease_id.as_deref().unwrap_or("(unreadable id)"),
+                    f.format,
+                    crate::model::LEASE_FORMATS_KNOWN.start(),
+                    crate::model::LEASE_FORMATS_KNOWN.end()
+                ),
+            ));
+        }
         let what = match selection {
             Selection::Request(r) => format!(
                 "no lease in the manifest approves exactly this request (executable {:?}, {} argv elements, cwd {:?}, profile {})",

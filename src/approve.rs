@@ -19,6 +19,7 @@ use crate::{env, sign};
 pub struct LimitOverrides {
     pub wall_time: Option<Duration>,
     pub kill_grace: Option<Duration>,
+    pub cancel_grace: Option<Duration>,
     pub cpu_time: Option<Duration>,
     pub memory: Option<u64>,
     pub max_processes: Option<u64>,
@@ -58,6 +59,9 @@ fn apply_overrides(mut l: Limits, o: &LimitOverrides) -> Result<Limits, String> 
     }
     if let Some(d) = o.kill_grace {
         l.kill_grace_ms = ms(d);
+    }
+    if let Some(d) = o.cancel_grace {
+        l.cancel_grace_ms = ms(d);
     }
     if let Some(d) = o.cpu_time {
         l.cpu_time_s = d.as_secs().max(1);
@@ -273,8 +277,8 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
     line("profile", b.request.profile.to_string());
     let l = &b.limits;
     line("limits", format!(
-        "wall time {}, kill grace {}, cpu time {}s, memory (address space) {}, processes {}, open files {}, file size {}, kept output {} per stream (head and tail), output cap {}",
-        format_ms(l.wall_time_ms), format_ms(l.kill_grace_ms), l.cpu_time_s, format_size(l.memory_bytes),
+        "wall time {}, kill grace {}, cancel grace {}, cpu time {}s, memory (address space) {}, processes {}, open files {}, file size {}, kept output {} per stream (head and tail), output cap {}",
+        format_ms(l.wall_time_ms), format_ms(l.kill_grace_ms), format_ms(l.cancel_grace_ms), l.cpu_time_s, format_size(l.memory_bytes),
         l.max_processes, l.max_open_files, format_size(l.max_file_size_bytes), format_size(l.keep_output_bytes), format_size(l.output_cap_bytes)
     ));
     line("environment", env::describe(&b.env));

@@ -130,6 +130,10 @@ pub struct ApproveCmd {
     pub wall_time: Option<Duration>,
     #[arg(long, value_parser = parse_duration)]
     pub kill_grace: Option<Duration>,
+    /// After governed-exec is sent SIGTERM/SIGINT/SIGHUP: how long the
+    /// forwarded signal has before SIGKILL (default 2s in every tier).
+    #[arg(long, value_parser = parse_duration)]
+    pub cancel_grace: Option<Duration>,
     #[arg(long, value_parser = parse_duration)]
     pub cpu_time: Option<Duration>,
     #[arg(long, value_parser = parse_size)]

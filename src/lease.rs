@@ -1,9 +1,11 @@
 //! Leases and the manifest: canonical encoding, fingerprint, signature, and
 //! durable manifest updates.
 //!
-//! The fingerprint is recomputed from the lease's own content at every use:
-//! a lease whose body was edited fails even if its stored fingerprint and
-//! signature were left untouched.
+//! The fingerprint is recomputed at every use from the bytes the approver
+//! signed, as stored in the lease (never from a re-serialisation by the
+//! code reading it): a lease whose body was edited fails even if its stored
+//! fingerprint and signature were left untouched, and a lease written by an
+//! earlier release keeps verifying after the body struct gained fields.
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -14,19 +16,23 @@ use nix::fcntl::{Flock, FlockArg};
 use sha2::{Digest, Sha256};
 
 use crate::journal::{sync_parent_dir, write_synced};
-use crate::model::{parse_json, Lease, LeaseBody, Manifest, MANIFEST_SCHEMA};
+use crate::model::{parse_json, Lease, LeaseBody, Manifest, LEASE_FORMAT, MANIFEST_SCHEMA};
 use crate::sign;
 
-/// SHA-256 over the canonical encoding of the body.
-pub fn fingerprint(body: &LeaseBody) -> [u8; 32] {
-    let canonical = serde_json::to_vec(body).unwrap_or_default();
-    Sha256::digest(&canonical).into()
+/// SHA-256 over the signed bytes.
+pub fn fingerprint(signed_body: &str) -> [u8; 32] {
+    Sha256::digest(signed_body.as_bytes()).into()
 }
 
+/// Encode the body once (its canonical encoding), sign that, and keep
+/// exactly those bytes in the lease.
 pub fn seal(body: LeaseBody, key: &SigningKey) -> Lease {
-    let fp = fingerprint(&body);
+    let signed_body = serde_json::to_string(&body).unwrap_or_default();
+    let fp = fingerprint(&signed_body);
     Lease {
+        format: LEASE_FORMAT,
         body,
+        signed_body,
         fingerprint: hex::encode(fp),
         keyid: sign::keyid(&key.verifying_key()),
         signature: sign::sign_digest(key, &fp),
@@ -35,7 +41,7 @@ pub fn seal(body: LeaseBody, key: &SigningKey) -> Lease {
 
 /// Whether the lease is exactly what the trusted approver signed.
 pub fn signature_valid(lease: &Lease, trust: &VerifyingKey) -> bool {
-    let fp = fingerprint(&lease.body);
+    let fp = fingerprint(&lease.signed_body);
     hex::encode(fp) == lease.fingerprint && sign::verify_digest(trust, &fp, &lease.signature)
 }
 
@@ -81,6 +87,7 @@ pub fn update_manifest<T>(
             schema: MANIFEST_SCHEMA.to_string(),
             leases: vec![],
             revocations: vec![],
+            foreign: vec![],
         },
         Err(e) => return Err(format!("manifest {}: {e}", path.display())),
     };
@@ -168,6 +175,55 @@ mod tests {
     fn a_sealed_lease_verifies() {
         let (lease, key) = sample();
         assert!(signature_valid(&lease, &key.verifying_key()));
+    }
+
+    #[test]
+    fn the_committed_format_1_lease_verifies_over_its_stored_bytes() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lease-v1");
+        let m = load_manifest(&dir.join("manifest.json")).unwrap();
+        let trust = sign::load_verifying_key(&dir.join("approver.pub")).unwrap();
+        assert_eq!(m.leases.len(), 1);
+        let l = &m.leases[0];
+        assert_eq!(l.format, 1);
+        assert!(signature_valid(l, &trust));
+        // Format 1 had no cancel grace: it gets the default of every tier.
+        assert_eq!(l.body.limits.cancel_grace_ms, DEFAULT_CANCEL_GRACE_MS);
+        // The signed bytes are the stored ones, not today's encoding.
+        assert_ne!(serde_json::to_string(&l.body).unwrap(), l.signed_body);
+    }
+
+    /// The signature holds over the stored bytes even when the current
+    /// struct would encode the body differently (another field order here).
+    #[test]
+    fn signed_bytes_are_never_re_serialised() {
+        let (lease, key) = sample();
+        let v: serde_json::Value = serde_json::from_str(&lease.signed_body).unwrap();
+        let sorted = serde_json::to_string(&v).unwrap(); // keys sorted
+        assert_ne!(sorted, lease.signed_body);
+        let fp = fingerprint(&sorted);
+        let text = format!(
+            r#"{{"format":2,"body":{sorted},"fingerprint":"{}","keyid":"{}","signature":"{}"}}"#,
+            hex::encode(fp),
+            lease.keyid,
+            sign::sign_digest(&key, &fp)
+        );
+        let l: Lease = serde_json::from_str(&text).unwrap();
+        assert_eq!(l.body, lease.body);
+        assert!(signature_valid(&l, &key.verifying_key()));
+        // Re-indenting the stored lease (as `jq .` would) keeps it valid.
+        let indented = serde_json::to_string(&lease)
+            .unwrap()
+            .replace(",\"", ",\n    \"");
+        let l: Lease = serde_json::from_str(&indented).unwrap();
+        assert!(signature_valid(&l, &key.verifying_key()));
+    }
+
+    #[test]
+    fn whitespace_inside_strings_is_kept() {
+        assert_eq!(
+            crate::model::strip_json_whitespace("{ \"a b\" : [1, \"\\\" x\"] }\n"),
+            "{\"a b\":[1,\"\\\" x\"]}"
+        );
     }
 
     proptest! {

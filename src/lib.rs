@@ -129,6 +129,7 @@ pub fn cli_main() -> i32 {
                 limits: approve::LimitOverrides {
                     wall_time: a.wall_time,
                     kill_grace: a.kill_grace,
+                    cancel_grace: a.cancel_grace,
                     cpu_time: a.cpu_time,
                     memory: a.memory,
                     max_processes: a.max_processes,

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::model::{Limits, Profile};
+use crate::model::{Limits, Profile, DEFAULT_CANCEL_GRACE_MS};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -26,6 +26,7 @@ pub fn tier(profile: Profile) -> Limits {
             max_file_size_bytes: 256 * MIB,
             keep_output_bytes: 16 * KIB,
             output_cap_bytes: 16 * MIB,
+            cancel_grace_ms: DEFAULT_CANCEL_GRACE_MS,
         },
         Profile::Standard => Limits {
             wall_time_ms: 10 * 60_000,
@@ -37,6 +38,7 @@ pub fn tier(profile: Profile) -> Limits {
             max_file_size_bytes: 4 * GIB,
             keep_output_bytes: 64 * KIB,
             output_cap_bytes: 256 * MIB,
+            cancel_grace_ms: DEFAULT_CANCEL_GRACE_MS,
         },
         Profile::Long => Limits {
             wall_time_ms: 2 * 3_600_000,
@@ -48,6 +50,7 @@ pub fn tier(profile: Profile) -> Limits {
             max_file_size_bytes: 16 * GIB,
             keep_output_bytes: 256 * KIB,
             output_cap_bytes: GIB,
+            cancel_grace_ms: DEFAULT_CANCEL_GRACE_MS,
         },
     }
 }

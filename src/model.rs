@@ -162,6 +162,18 @@ pub struct Limits {
     pub max_file_size_bytes: u64,
     pub keep_output_bytes: u64,
     pub output_cap_bytes: u64,
+    /// After governed-exec itself is asked to stop (SIGTERM/SIGINT/SIGHUP),
+    /// how long the forwarded signal has before SIGKILL. Absent in format-1
+    /// leases, which get the default of every tier (2s).
+    #[serde(default = "default_cancel_grace_ms")]
+    pub cancel_grace_ms: u64,
+}
+
+/// The cancel grace of every tier (docker stop waits 10s, CI runners less).
+pub const DEFAULT_CANCEL_GRACE_MS: u64 = 2_000;
+
+fn default_cancel_grace_ms() -> u64 {
+    DEFAULT_CANCEL_GRACE_MS
 }
 
 /// The child's environment, fully determined by the lease. `HOME` and
@@ -203,8 +215,12 @@ pub struct IsolationRequest {
 
 // ---------------------------------------------------------------- lease, manifest
 
-/// Everything a lease binds. Its canonical encoding (serde_json of this
-/// struct: fixed field order, sorted maps) is what the fingerprint hashes.
+/// Everything a lease binds. The bytes the approver signed are the
+/// serde_json encoding of this struct made at approval time (fixed field
+/// order, sorted maps); they are stored verbatim in the lease and the
+/// fingerprint is recomputed from those stored bytes, never from a
+/// re-serialisation by the code that reads them. Fields added after format
+/// 1 carry a serde default, so older leases still parse.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -225,17 +241,157 @@ pub struct LeaseBody {
     pub max_uses: u64,
 }
 
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+/// The lease format this binary writes.
+pub const LEASE_FORMAT: u32 = 2;
+/// Formats this binary reads. In both, the signed bytes are the stored
+/// bytes of the `body` object with the insignificant whitespace (outside
+/// strings) removed. Format 1 (no `format` field) was written indented by
+/// the release that had no version field; format 2 is written compact and
+/// adds `limits.cancel_grace_ms` (absent in format 1: the 2s default).
+pub const LEASE_FORMATS_KNOWN: std::ops::RangeInclusive<u32> = 1..=LEASE_FORMAT;
+
+/// A signed lease. On disk: `{"format": 2, "body": {…exact signed bytes…},
+/// "fingerprint", "keyid", "signature"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "LeaseWire", into = "LeaseWire")]
 pub struct Lease {
+    /// The lease format version (1 for leases without a `format` field).
+    pub format: u32,
+    /// The body, parsed from `signed_body`.
     pub body: LeaseBody,
-    /// SHA-256 (hex) of the canonical encoding of `body`.
+    /// The exact bytes the approver signed (a compact JSON object).
+    pub signed_body: String,
+    /// SHA-256 (hex) of `signed_body`.
     pub fingerprint: String,
     /// Key id (SHA-256 of the raw public key, hex) of the approver's key.
     pub keyid: String,
     /// ed25519 signature (standard base64) over the 32 fingerprint bytes.
     pub signature: String,
+}
+
+/// The stored shape of a lease.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseWire {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<u32>,
+    pub body: Box<serde_json::value::RawValue>,
+    pub fingerprint: String,
+    pub keyid: String,
+    pub signature: String,
+}
+
+/// The published shape of a lease (for the JSON Schema).
+#[cfg(feature = "schema")]
+#[derive(schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct LeaseDoc {
+    /// Lease format version; absent means 1. An unknown version is refused
+    /// (`lease_format_unsupported`: re-approve).
+    format: Option<u32>,
+    /// The signed bytes, stored verbatim: a compact JSON object.
+    body: LeaseBody,
+    /// SHA-256 (hex) of the stored bytes of `body`.
+    fingerprint: String,
+    /// Key id (SHA-256 of the raw public key, hex) of the approver's key.
+    keyid: String,
+    /// ed25519 signature (standard base64) over the 32 fingerprint bytes.
+    signature: String,
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Lease {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Lease".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        LeaseDoc::json_schema(generator)
+    }
+}
+
+/// JSON text without its insignificant whitespace (outside strings). The
+/// result is byte-for-byte what serde_json's compact writer made before a
+/// pretty writer indented it.
+pub fn strip_json_whitespace(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let (mut in_str, mut esc) = (false, false);
+    for c in s.chars() {
+        if in_str {
+            out.push(c);
+            if esc {
+                esc = false;
+            } else if c == '\\' {
+                esc = true;
+            } else if c == '"' {
+                in_str = false;
+            }
+        } else if c == '"' {
+            in_str = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl TryFrom<LeaseWire> for Lease {
+    type Error = String;
+    fn try_from(w: LeaseWire) -> Result<Lease, String> {
+        let format = w.format.unwrap_or(1);
+        // Both formats: the stored bytes without insignificant whitespace,
+        // so pretty-printing a manifest (`jq .`) leaves leases valid.
+        let signed_body = match format {
+            1 | LEASE_FORMAT => strip_json_whitespace(w.body.get()),
+            f => {
+                return Err(format!(
+                    "lease format version {f} is not one this governed-exec reads (it reads {}..={}): re-approve the request with this release",
+                    LEASE_FORMATS_KNOWN.start(),
+                    LEASE_FORMATS_KNOWN.end()
+                ))
+            }
+        };
+        let body: LeaseBody =
+            serde_json::from_str(&signed_body).map_err(|e| format!("lease body: {e}"))?;
+        Ok(Lease {
+            format,
+            body,
+            signed_body,
+            fingerprint: w.fingerprint,
+            keyid: w.keyid,
+            signature: w.signature,
+        })
+    }
+}
+
+impl From<Lease> for LeaseWire {
+    fn from(l: Lease) -> LeaseWire {
+        // Format 1 is written back as it was read: the whitespace-stripped
+        // object is still the signed bytes when read as format 1.
+        let raw = serde_json::value::RawValue::from_string(l.signed_body).unwrap_or_default();
+        LeaseWire {
+            format: (l.format != 1).then_some(l.format),
+            body: raw,
+            fingerprint: l.fingerprint,
+            keyid: l.keyid,
+            signature: l.signature,
+        }
+    }
+}
+
+/// A stored lease of a format this binary does not read: kept verbatim in
+/// the manifest, and refused with `lease_format_unsupported` when a run
+/// names it (by id or by an equal request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignLease {
+    pub format: u32,
+    /// `body.lease_id`, when readable.
+    pub lease_id: Option<String>,
+    /// `body.request`, when readable.
+    pub request: Option<serde_json::Value>,
+    /// The stored lease object, verbatim.
+    pub raw: String,
 }
 
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -247,15 +403,121 @@ pub struct Revocation {
     pub at: String,
 }
 
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "ManifestWire", into = "ManifestOut")]
 pub struct Manifest {
     pub schema: String,
     pub leases: Vec<Lease>,
     /// Revocations only ever take authority away, so they need no signature.
     #[serde(default)]
     pub revocations: Vec<Revocation>,
+    /// Leases of a format this binary does not read, kept verbatim.
+    pub foreign: Vec<ForeignLease>,
+}
+
+/// The published shape of a manifest (for the JSON Schema).
+#[cfg(feature = "schema")]
+#[derive(schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ManifestDoc {
+    schema: String,
+    leases: Vec<Lease>,
+    /// Revocations only ever take authority away, so they need no signature.
+    #[serde(default)]
+    revocations: Vec<Revocation>,
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Manifest {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Manifest".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        ManifestDoc::json_schema(generator)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestWire {
+    pub schema: String,
+    pub leases: Vec<Box<serde_json::value::RawValue>>,
+    #[serde(default)]
+    pub revocations: Vec<Revocation>,
+}
+
+impl TryFrom<ManifestWire> for Manifest {
+    type Error = String;
+    fn try_from(w: ManifestWire) -> Result<Manifest, String> {
+        let mut m = Manifest {
+            schema: w.schema,
+            leases: vec![],
+            revocations: w.revocations,
+            foreign: vec![],
+        };
+        for (i, raw) in w.leases.into_iter().enumerate() {
+            #[derive(Deserialize)]
+            struct Peek {
+                #[serde(default)]
+                format: Option<u32>,
+            }
+            let format = serde_json::from_str::<Peek>(raw.get())
+                .ok()
+                .and_then(|p| p.format)
+                .unwrap_or(1);
+            if LEASE_FORMATS_KNOWN.contains(&format) {
+                let lease: Lease =
+                    serde_json::from_str(raw.get()).map_err(|e| format!("leases[{i}]: {e}"))?;
+                m.leases.push(lease);
+            } else {
+                let v: serde_json::Value = serde_json::from_str(raw.get()).unwrap_or_default();
+                m.foreign.push(ForeignLease {
+                    format,
+                    lease_id: v["body"]["lease_id"].as_str().map(str::to_string),
+                    request: v["body"].get("request").cloned(),
+                    raw: raw.get().to_string(),
+                });
+            }
+        }
+        Ok(m)
+    }
+}
+
+/// What a manifest is written as: known leases in their stored shape,
+/// foreign ones verbatim after them.
+#[derive(Serialize)]
+pub struct ManifestOut {
+    pub schema: String,
+    pub leases: Vec<LeaseOut>,
+    pub revocations: Vec<Revocation>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum LeaseOut {
+    Known(LeaseWire),
+    Foreign(Box<serde_json::value::RawValue>),
+}
+
+impl From<Manifest> for ManifestOut {
+    fn from(m: Manifest) -> ManifestOut {
+        let mut leases: Vec<LeaseOut> = m
+            .leases
+            .into_iter()
+            .map(|l| LeaseOut::Known(l.into()))
+            .collect();
+        for f in m.foreign {
+            if let Ok(raw) = serde_json::value::RawValue::from_string(f.raw) {
+                leases.push(LeaseOut::Foreign(raw));
+            }
+        }
+        ManifestOut {
+            schema: m.schema,
+            leases,
+            revocations: m.revocations,
+        }
+    }
 }
 
 // ---------------------------------------------------------------- outcome
@@ -301,6 +563,8 @@ pub enum Reason {
     JournalUnavailable,
     JournalCorrupt,
     ExecFailed,
+    /// A lease of a format version this binary does not read: re-approve.
+    LeaseFormatUnsupported,
     /// `unknown`: the processes could not be confirmed gone within the bound.
     CleanupUnconfirmed,
 }
@@ -314,6 +578,7 @@ impl Reason {
                 | Reason::LeaseExhausted
                 | Reason::LeaseRevoked
                 | Reason::LeaseSignatureInvalid
+                | Reason::LeaseFormatUnsupported
                 | Reason::NoMatchingLease
                 | Reason::GoalMismatch
                 | Reason::ExecutableDrift

@@ -213,10 +213,20 @@ pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
 
     let deadline = t0 + Duration::from_millis(limits.wall_time_ms);
     let ending = wait_for_ending(main, &pidfd, signals, &note_r, deadline)?;
-    let grace = Duration::from_millis(limits.kill_grace_ms);
+    // The one place a stop request reaches the tree: a timeout sends
+    // SIGTERM and waits the kill grace; a cancellation forwards the very
+    // signal governed-exec received and waits the lease's cancel grace.
+    // SIGKILL follows in `kill_all_and_confirm`.
     match ending {
-        Ending::TimedOut | Ending::Cancelled(_) => {
-            terminate_tree(main);
+        Ending::TimedOut => {
+            terminate_tree(main, Signal::SIGTERM);
+            let grace = Duration::from_millis(limits.kill_grace_ms);
+            wait_main_exit(main, &pidfd, signals, grace);
+        }
+        Ending::Cancelled(sig) => {
+            let sig = Signal::try_from(sig).unwrap_or(Signal::SIGTERM);
+            terminate_tree(main, sig);
+            let grace = Duration::from_millis(limits.cancel_grace_ms);
             wait_main_exit(main, &pidfd, signals, grace);
         }
         Ending::OutputCapped | Ending::MainExited => {}
@@ -423,11 +433,11 @@ fn signal_node(node: Node, sig: Signal) -> bool {
     }
 }
 
-/// SIGTERM the main process's group (its pid is pinned until we reap it)
-/// and every descendant found in the tree, with SIGCONT to the stopped ones
-/// so that they can act on it. One walk of the tree.
-fn terminate_tree(main: Pid) {
-    let _ = killpg(main, Signal::SIGTERM);
+/// Send `sig` to the main process's group (its pid is pinned until we reap
+/// it) and every descendant found in the tree, with SIGCONT to the stopped
+/// ones so that they can act on it. One walk of the tree.
+fn terminate_tree(main: Pid, sig: Signal) {
+    let _ = killpg(main, sig);
     let _ = killpg(main, Signal::SIGCONT);
     for node in descendants() {
         let Ok(fd) = sys::pidfd_open(node.pid) else {
@@ -435,7 +445,7 @@ fn terminate_tree(main: Pid) {
         };
         if let Some((state, ppid)) = proc_state(node.pid) {
             if ppid == node.ppid && state != 'Z' && state != 'X' {
-                let _ = sys::pidfd_send_signal(&fd, libc::SIGTERM);
+                let _ = sys::pidfd_send_signal(&fd, sig as i32);
                 if state == 'T' || state == 't' {
                     let _ = sys::pidfd_send_signal(&fd, libc::SIGCONT);
                 }

@@ -104,7 +104,8 @@ fn edited_lease_in_the_manifest_is_refused() {
     e.approve(&["--wall-time", "5s"], &probe);
     // Raise the wall time in place; fingerprint and signature left untouched.
     let m = std::fs::read_to_string(&e.manifest).expect("manifest");
-    let edited = m.replace("\"wall_time_ms\": 5000", "\"wall_time_ms\": 500000");
+    // (The signed body is stored compact.)
+    let edited = m.replace("\"wall_time_ms\":5000", "\"wall_time_ms\":500000");
     assert_ne!(m, edited);
     std::fs::write(&e.manifest, edited).expect("write");
     let r = e.run(&[], &probe);

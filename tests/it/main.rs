@@ -11,6 +11,7 @@ mod isolation;
 mod journal;
 mod lease_rules;
 mod lifecycle;
+mod outcomes;
 mod output;
 mod pipeline;
 mod supervision;

@@ -286,3 +286,82 @@ pub fn read_pid(p: &Path) -> i32 {
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
+
+/// A started runner owned by the test: dropping it (a failed assertion, a
+/// panic, a hang cut short) stops the runner and SIGKILLs its whole tree,
+/// so no `governed-exec run … sleep 1000` outlives the test.
+pub struct RunnerGuard {
+    child: Option<std::process::Child>,
+}
+
+impl RunnerGuard {
+    pub fn spawn(mut c: Command) -> RunnerGuard {
+        let child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn governed-exec");
+        RunnerGuard { child: Some(child) }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    /// Send a signal by name (`TERM`, `INT`, …) to the runner.
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.id().to_string())
+            .status();
+    }
+
+    /// Wait for the runner and return its run (the guard is then empty).
+    pub fn finish(mut self) -> Run {
+        let child = self.child.take().expect("runner");
+        finish_run(child.wait_with_output().expect("wait"))
+    }
+}
+
+/// Every descendant of `pid`, found through /proc/PID/task/*/children.
+pub fn descendants_of(pid: i32) -> Vec<i32> {
+    let mut out = vec![];
+    let mut queue = vec![pid];
+    while let Some(p) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let s = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for c in s.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+                if !out.contains(&c) {
+                    out.push(c);
+                    queue.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
+impl Drop for RunnerGuard {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        // Freeze the runner so it cannot start more, then kill the tree
+        // bottom-up; the runner last (it is the subreaper of the rest).
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP);
+        for _ in 0..3 {
+            for p in descendants_of(pid.as_raw()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

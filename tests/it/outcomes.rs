@@ -1,0 +1,225 @@
+//! Issue 10: leases that survive releases, honest outcome classes, a journal
+//! that proves itself, signals forwarded as received, clear bad-input errors.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+const FIXTURE_LEASE_ID: &str = "lease-f8608f9f9d6a0d1cf066";
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lease-v1")
+}
+
+/// Copy the committed format-1 fixture (approved by the release before the
+/// lease format carried a version) into a temp dir.
+fn copy_fixture(to: &Path) {
+    for f in ["goal.json", "manifest.json", "approver.pub", "approver.key"] {
+        std::fs::copy(fixture_dir().join(f), to.join(f)).unwrap();
+    }
+}
+
+fn run_fixture(dir: &Path, lease: &str) -> Run {
+    finish_run(output(
+        cmd()
+            .arg("run")
+            .arg("--goal")
+            .arg(dir.join("goal.json"))
+            .arg("--manifest")
+            .arg(dir.join("manifest.json"))
+            .arg("--trust")
+            .arg(dir.join("approver.pub"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--lease")
+            .arg(lease),
+    ))
+}
+
+/// The fixture lease binds this repository's path at approval time and
+/// that directory's inode, so on any other checkout it stops at the
+/// workspace identity check: after the signature, revocation, goal,
+/// validity-window and use checks all passed.
+fn assert_fixture_lease_accepted(r: &Run) {
+    let ok = (r.code == 0 && r.class() == "exited")
+        || (r.code == 125 && r.reason() == "workspace_drift");
+    assert!(
+        ok,
+        "the old lease must pass every check before the workspace identity: {} {} {}",
+        r.code,
+        r.reason(),
+        r.stderr
+    );
+}
+
+#[test]
+fn a_lease_from_an_earlier_release_still_verifies() {
+    let t = tempfile::tempdir().unwrap();
+    copy_fixture(t.path());
+    assert_fixture_lease_accepted(&run_fixture(t.path(), FIXTURE_LEASE_ID));
+
+    // Rewriting the manifest (approving another lease into it) keeps the
+    // old lease's signed bytes intact.
+    let ws = t.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let o = output(
+        cmd()
+            .arg("approve")
+            .arg("--goal")
+            .arg(t.path().join("goal.json"))
+            .arg("--workspace")
+            .arg(&ws)
+            .arg("--manifest")
+            .arg(t.path().join("manifest.json"))
+            .arg("--key")
+            .arg(t.path().join("approver.key"))
+            .args(["--", "true"]),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(t.path().join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["leases"][0].get("format"), None, "format 1 kept as is");
+    assert_eq!(m["leases"][1]["format"], 2);
+    assert_fixture_lease_accepted(&run_fixture(t.path(), FIXTURE_LEASE_ID));
+    // The new lease runs too.
+    let new_id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let r = run_fixture(t.path(), &new_id);
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+}
+
+#[test]
+fn an_unknown_lease_format_is_refused_with_re_approve() {
+    let e = Env::new();
+    let id = e.approve(&[], &["true"]);
+    let id2 = e.approve(&[], &["echo", "ok"]);
+    // Edit the text only: the other lease's stored bytes stay as signed.
+    let text = std::fs::read_to_string(&e.manifest).unwrap();
+    assert!(text.contains("\"format\": 2"), "{text}");
+    std::fs::write(
+        &e.manifest,
+        text.replacen("\"format\": 2", "\"format\": 99", 1),
+    )
+    .unwrap();
+    for r in [e.run(&[], &["true"]), e.run(&["--lease", &id], &[])] {
+        r.assert_refused("lease_format_unsupported");
+        assert!(
+            r.outcome()["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("re-approve"),
+            "{}",
+            r.statement
+        );
+        assert!(r.stderr.contains("re-approve"), "{}", r.stderr);
+        assert_eq!(r.outcome()["needs_human"], true);
+    }
+    // The other lease of the manifest is unaffected, and approving into
+    // the manifest keeps the foreign lease verbatim.
+    let r = e.run(&["--lease", &id2], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    e.approve(&[], &["echo", "again"]);
+    let m2: Value = serde_json::from_slice(&std::fs::read(&e.manifest).unwrap()).unwrap();
+    assert!(m2["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l["format"] == 99 && l["body"]["lease_id"] == id.as_str()));
+}
+
+#[test]
+fn cancel_grace_is_a_lease_field_with_a_2s_default_in_every_tier() {
+    let e = Env::new();
+    for p in ["short", "standard", "long"] {
+        e.approve(&["--profile", p], &["true"]);
+    }
+    e.approve(&["--cancel-grace", "750ms"], &["echo", "x"]);
+    let m: Value = serde_json::from_slice(&std::fs::read(&e.manifest).unwrap()).unwrap();
+    let graces: Vec<u64> = m["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["body"]["limits"]["cancel_grace_ms"].as_u64().unwrap())
+        .collect();
+    assert_eq!(graces, [2000, 2000, 2000, 750]);
+    let o = output(&mut e.approve_cmd(&["--cancel-grace", "1s"], &["echo", "y"]));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cancel grace 1s"));
+}
+
+fn wait_file(p: &Path) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !p.exists() && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(p.exists(), "{} never appeared", p.display());
+}
+
+/// The child records which signal reached it: the one governed-exec got.
+fn forwarded_as_received(sig: &str, num: i32) {
+    let e = Env::new();
+    let got = e.path("got");
+    let ready = e.path("ready");
+    let script = format!(
+        "for s in INT HUP TERM; do trap \"echo $s > {got}; exit 0\" $s; done; echo > {ready}; while :; do sleep 0.05; done",
+        got = got.display(),
+        ready = ready.display()
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&[], &probe);
+    let g = RunnerGuard::spawn(e.run_cmd(&[], &probe));
+    wait_file(&ready);
+    g.signal(sig);
+    let r = g.finish();
+    assert_eq!(
+        std::fs::read_to_string(&got).unwrap_or_default().trim(),
+        sig,
+        "the child must get the signal governed-exec received"
+    );
+    assert_eq!((r.code, r.class()), (128 + num, "cancelled_reaped"));
+    assert_eq!(r.outcome()["signal"], num);
+}
+
+#[test]
+fn sigint_reaches_the_child_as_sigint() {
+    forwarded_as_received("INT", 2);
+}
+
+#[test]
+fn sighup_reaches_the_child_as_sighup() {
+    forwarded_as_received("HUP", 1);
+}
+
+#[test]
+fn sigterm_reaches_the_child_as_sigterm() {
+    forwarded_as_received("TERM", 15);
+}
+
+#[test]
+fn cancel_escalates_after_the_cancel_grace_not_the_kill_grace() {
+    let e = Env::new();
+    let ready = e.path("ready");
+    let script = format!(
+        "trap '' TERM; echo > {}; while :; do sleep 0.05; done",
+        ready.display()
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--kill-grace", "60s", "--cancel-grace", "300ms"], &probe);
+    let g = RunnerGuard::spawn(e.run_cmd(&[], &probe));
+    wait_file(&ready);
+    let t = std::time::Instant::now();
+    g.signal("TERM");
+    let r = g.finish();
+    let took = t.elapsed();
+    assert_eq!(
+        (r.code, r.class()),
+        (143, "cancelled_reaped"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.predicate()["cleanup"]["state"], "gone");
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "escalation waited {took:?}: the 60s kill grace instead of the 300ms cancel grace"
+    );
+}
