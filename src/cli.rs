@@ -42,8 +42,14 @@ pub enum Command {
         trust: PathBuf,
         #[arg(long)]
         state_dir: Option<PathBuf>,
-        #[arg(long)]
+        /// Same as `--format json`.
+        #[arg(long, conflicts_with = "format")]
         json: bool,
+        /// text (default): the verdict, then one line per unmet criterion;
+        /// json: one object; markdown: one table row per check, for a CI
+        /// job summary. The first line is always the verdict.
+        #[arg(long, value_enum)]
+        format: Option<VerifyFormat>,
     },
     /// Inspect the journal of attempts.
     Journal {
@@ -102,8 +108,28 @@ pub enum JournalAction {
 
 #[derive(Debug, Subcommand)]
 pub enum ReceiptAction {
-    /// Print the decoded in-toto statement.
-    Show { receipt: PathBuf },
+    /// Print the decoded in-toto statement, or a human view of it.
+    Show {
+        receipt: PathBuf,
+        /// json: the decoded statement; text: a short terminal view;
+        /// markdown: a table block for a CI job summary.
+        #[arg(long, value_enum, default_value = "json")]
+        format: ReceiptFormat,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReceiptFormat {
+    Json,
+    Text,
+    Markdown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum VerifyFormat {
+    Text,
+    Json,
+    Markdown,
 }
 
 #[derive(Debug, Args)]

@@ -25,6 +25,7 @@ pub mod capture;
 pub mod cgroup;
 pub mod cli;
 pub mod env;
+pub mod escape;
 pub mod exit_code;
 pub mod fault;
 pub mod goal;
@@ -43,11 +44,12 @@ pub mod sign;
 pub mod supervise;
 pub mod sys;
 pub mod verify;
+pub mod view;
 
 use clap::Parser;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use cli::{Cli, Command, JournalAction, ReceiptAction};
+use cli::{Cli, Command, JournalAction, ReceiptAction, VerifyFormat};
 use operator::OperatorError;
 
 /// Make sure fds 0, 1, 2 exist, so no file we open later lands on them.
@@ -197,15 +199,36 @@ pub fn cli_main() -> i32 {
             trust,
             state_dir,
             json,
+            format,
         } => match verify::verify(&goal, &receipt, &trust, state_dir.as_deref()) {
             Err(e) => usage_error(e),
             Ok(v) => {
-                if json {
-                    println!("{}", serde_json::to_string(&v).unwrap_or_default());
+                let format = if json {
+                    VerifyFormat::Json
                 } else {
-                    println!("{}", v.verdict);
-                    for u in &v.unmet {
-                        println!("{}", capture::project_text(u.as_bytes()).replace('\n', " "));
+                    format.unwrap_or(VerifyFormat::Text)
+                };
+                match format {
+                    VerifyFormat::Json => {
+                        println!("{}", serde_json::to_string(&v).unwrap_or_default());
+                    }
+                    VerifyFormat::Text => {
+                        println!("{}", v.verdict);
+                        for u in &v.unmet {
+                            println!("{}", escape::visible(u));
+                        }
+                    }
+                    VerifyFormat::Markdown => {
+                        // The goal loaded a moment ago by verify: its criteria
+                        // name the rows.
+                        let loaded = match goal::load(&goal) {
+                            Ok(g) => g,
+                            Err(e) => return usage_error(e),
+                        };
+                        let g = &loaded.goal;
+                        let rows = view::verify_rows(&g.criteria, &v.unmet, state_dir.is_some());
+                        let label = format!("goal {:?} revision {}", g.id, g.revision);
+                        print!("{}", view::verify_markdown(v.verdict, &label, &rows));
                     }
                 }
                 if v.done() {
@@ -239,8 +262,8 @@ pub fn cli_main() -> i32 {
             }
         }
         Command::Receipt {
-            action: ReceiptAction::Show { receipt },
-        } => operator::receipt_show(&receipt).map_or_else(usage_error, |_| 0),
+            action: ReceiptAction::Show { receipt, format },
+        } => operator::receipt_show(&receipt, format).map_or_else(usage_error, |_| 0),
         Command::Resolve {
             attempt,
             as_,

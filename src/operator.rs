@@ -3,8 +3,9 @@
 
 use std::path::Path;
 
+use crate::cli::ReceiptFormat;
 use crate::journal::{self, AttemptState, Classification, Event, Journal};
-use crate::{lease, receipt, sign};
+use crate::{lease, receipt, sign, view};
 
 pub fn keygen(prefix: &Path) -> Result<(), String> {
     let key = sign::generate().map_err(|e| e.to_string())?;
@@ -22,13 +23,31 @@ pub fn keygen(prefix: &Path) -> Result<(), String> {
     Ok(())
 }
 
-pub fn receipt_show(path: &Path) -> Result<(), String> {
+pub fn receipt_show(path: &Path, format: ReceiptFormat) -> Result<(), String> {
     let env = receipt::read_envelope(path)?;
-    let stmt = receipt::decode_statement(&env)?;
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&stmt).map_err(|e| e.to_string())?
-    );
+    if format == ReceiptFormat::Json {
+        let stmt = receipt::decode_statement(&env)?;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&stmt).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    // The human views read plain JSON, so a field added by another release
+    // is shown instead of failing the view.
+    let payload = sign::b64_decode(&env.payload).ok_or("receipt payload is not valid base64")?;
+    let stmt: serde_json::Value = crate::model::parse_json("receipt statement", &payload)?;
+    if !stmt["predicate"].is_object() {
+        return Err(format!(
+            "receipt {}: the statement has no `predicate` object",
+            path.display()
+        ));
+    }
+    let text = match format {
+        ReceiptFormat::Markdown => view::receipt_markdown(&stmt),
+        _ => view::receipt_text(&stmt),
+    };
+    print!("{text}");
     Ok(())
 }
 

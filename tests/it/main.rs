@@ -16,3 +16,4 @@ mod output;
 mod pipeline;
 mod supervision;
 mod verify;
+mod views;

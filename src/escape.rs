@@ -1,0 +1,141 @@
+//! Escaping for every human view (receipt show, verify's verdict, approval
+//! summaries): text that came from a child, a receipt file or a path is
+//! untrusted, and must neither act on a terminal nor hide what it says.
+//!
+//! [`visible`] turns every control, bidi-formatting and invisible character
+//! into a visible `\u{XXXX}` escape (`\n`, `\t`, `\r` for the common three),
+//! so an escape sequence cannot recolour or rewrite the screen, a bidi
+//! override (Trojan Source) cannot reorder what is shown, and a zero-width
+//! character cannot make two different strings look the same.
+//! [`markdown_cell`] additionally escapes what would break out of a GitHub
+//! table cell or be read as markup or HTML.
+
+use std::fmt::Write as _;
+
+/// Characters that reorder text (Unicode bidi controls).
+fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// Characters that render as nothing (or as blank) yet are not whitespace a
+/// reader would notice: zero-width joiners and spaces, soft hyphen, word
+/// joiner and invisible operators, line/paragraph separators, the BOM,
+/// Hangul fillers, interlinear annotation marks and the tag block (used to
+/// smuggle invisible ASCII).
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{17B4}'
+            | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200D}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{206A}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{E0000}'..='\u{E007F}'
+    )
+}
+
+/// Whether `c` would act on a terminal or hide itself when printed as is.
+pub fn is_unsafe(c: char) -> bool {
+    c.is_control() || is_bidi_control(c) || is_invisible(c)
+}
+
+/// `s` with every unsafe character replaced by a visible escape: the result
+/// is one line of printable text that reads the same in every viewer.
+pub fn visible(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if is_unsafe(c) => {
+                let _ = write!(out, "\\u{{{:04X}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `s` made safe for one cell of a GitHub-flavoured markdown table: no
+/// control or invisible character ([`visible`]), no `|` that ends the cell,
+/// no backtick, emphasis, link or heading markup, and no HTML.
+pub fn markdown_cell(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in visible(s).chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '|' | '~' | '#' | '!' | '$' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A code fence that no line of `lines` can close: one backtick longer than
+/// the longest run of backticks in them (at least three).
+pub fn markdown_fence<'a>(lines: impl IntoIterator<Item = &'a str>) -> String {
+    let longest = lines
+        .into_iter()
+        .flat_map(|l| l.split(|c| c != '`'))
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    "`".repeat((longest + 1).max(3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_bidi_and_invisibles_become_visible_escapes() {
+        let s = "a\u{1b}[31mb\u{202E}c\u{200B}d\u{2066}e\u{E0041}f\u{7f}\n\t\r";
+        let v = visible(s);
+        assert_eq!(
+            v,
+            "a\\u{001B}[31mb\\u{202E}c\\u{200B}d\\u{2066}e\\u{E0041}f\\u{007F}\\n\\t\\r"
+        );
+        assert!(v.chars().all(|c| !is_unsafe(c)));
+        assert_eq!(visible("plain text, ünïcödé ✓"), "plain text, ünïcödé ✓");
+    }
+
+    #[test]
+    fn markdown_cell_cannot_break_the_table_or_inject_html() {
+        let m = markdown_cell("a|b `c` <script>&x *y* [l](u)\n| new row |");
+        assert!(!m.contains("<script>"));
+        assert!(!m.contains('\n'));
+        // Every `|` and backtick is escaped.
+        let bytes = m.as_bytes();
+        for (i, b) in bytes.iter().enumerate() {
+            if *b == b'|' || *b == b'`' {
+                assert_eq!(bytes[i - 1], b'\\', "{m}");
+            }
+        }
+    }
+
+    #[test]
+    fn fence_is_longer_than_any_backtick_run() {
+        assert_eq!(markdown_fence(["no ticks"]), "```");
+        assert_eq!(markdown_fence(["a ```` b", "``"]), "`````");
+    }
+}
