@@ -5,4 +5,9 @@
 # print SKIP loudly when it is missing; CI runs as root and runs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The interop tests and Python examples use the venv .ci/run makes (they
+# say SKIP without it).
+if [ -z "${GOVERNED_EXEC_PYTHON:-}" ] && [ -x target/pyenv/bin/python ]; then
+  export GOVERNED_EXEC_PYTHON="$PWD/target/pyenv/bin/python"
+fi
 exec cargo test --locked --all-features -- "$@"

@@ -42,9 +42,18 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-/// Key id: SHA-256 of the raw 32-byte public key, hex.
+/// Key id, in the convention DSSE/in-toto tooling computes by default
+/// (securesystemslib's `SSlibKey.from_crypto`, in-toto): the SHA-256, hex,
+/// of the canonical JSON of the key
+/// `{"keytype":"ed25519","keyval":{"public":"<hex>"},"scheme":"ed25519"}`.
+/// So `Envelope.verify([key], 1)` of such a tool matches the envelope's
+/// signature to the runner's public key without being told the id.
 pub fn keyid(key: &VerifyingKey) -> String {
-    sha256_hex(key.as_bytes())
+    let canonical = format!(
+        r#"{{"keytype":"ed25519","keyval":{{"public":"{}"}},"scheme":"ed25519"}}"#,
+        hex::encode(key.as_bytes())
+    );
+    sha256_hex(canonical.as_bytes())
 }
 
 pub fn load_signing_key(path: &Path) -> Result<SigningKey, KeyError> {
@@ -94,9 +103,16 @@ pub fn write_keypair(key: &SigningKey, key_path: &Path, pub_path: &Path) -> Resu
         path: key_path.display().to_string(),
         source: std::io::Error::other(e),
     };
-    let private = key
-        .to_pkcs8_pem(Default::default())
-        .map_err(|e| fmt_err(e.to_string()))?;
+    // PKCS#8 v1 (RFC 5208) without the optional public key: the exact form
+    // `openssl genpkey -algorithm ed25519` writes, which OpenSSL 3.0 and
+    // Python `cryptography` read. (The v2 form with the public key
+    // attribute, which earlier releases wrote, is still read.)
+    let private = ed25519_dalek::pkcs8::KeypairBytes {
+        secret_key: key.to_bytes(),
+        public_key: None,
+    }
+    .to_pkcs8_pem(Default::default())
+    .map_err(|e| fmt_err(e.to_string()))?;
     let public = key
         .verifying_key()
         .to_public_key_pem(Default::default())
@@ -222,6 +238,43 @@ mod tests {
             got,
             b"DSSEv1 29 http://example.com/HelloWorld 11 hello world".to_vec()
         );
+    }
+
+    /// The private key file is byte for byte what `openssl genpkey
+    /// -algorithm ed25519` would write for the same seed: PKCS#8 v1, no
+    /// public key attribute (RFC 8410 §10.3's example shape).
+    #[test]
+    fn private_key_is_pkcs8_v1_without_public_key() {
+        let dir = std::env::temp_dir().join(format!("ge-sign-{}", std::process::id()));
+        let _ = fs::create_dir_all(&dir);
+        let (k, p) = (dir.join("a.key"), dir.join("a.pub"));
+        let _ = fs::remove_file(&k);
+        let key = SigningKey::from_bytes(&[9u8; 32]);
+        write_keypair(&key, &k, &p).unwrap();
+        let pem = fs::read_to_string(&k).unwrap();
+        let _ = fs::remove_dir_all(&dir);
+        let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        let der = STANDARD.decode(body).unwrap();
+        let mut want = hex::decode("302e020100300506032b657004220420").unwrap();
+        want.extend_from_slice(&[9u8; 32]);
+        assert_eq!(der, want);
+        assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"));
+    }
+
+    const KEYID_RFC8032_1: &str =
+        "74c181c7ad8a0855d4b55e44d2ba87aabdddb196832571f15f92fece332e4916";
+
+    /// securesystemslib's default key id for an ed25519 key (value computed
+    /// by `SSlibKey.from_crypto` for the RFC 8032 test 1 public key).
+    #[test]
+    fn keyid_is_the_dsse_tooling_default() {
+        let pk: [u8; 32] =
+            hex::decode("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+                .unwrap()
+                .try_into()
+                .unwrap();
+        let vk = VerifyingKey::from_bytes(&pk).unwrap();
+        assert_eq!(keyid(&vk), KEYID_RFC8032_1);
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod support;
 
 mod fuzz_regressions;
 mod identity_drift;
+mod interop;
 mod isolation;
 mod journal;
 mod lease_rules;
