@@ -13,3 +13,16 @@ pub fn point(name: &str) {
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub fn point(_name: &str) {}
+
+/// With the feature on, whether `GOVERNED_EXEC_FAULT` names this injected
+/// failure (the caller then fails the way the real call would).
+#[cfg(feature = "fault-injection")]
+pub fn fail(name: &str) -> bool {
+    std::env::var("GOVERNED_EXEC_FAULT").as_deref() == Ok(name)
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn fail(_name: &str) -> bool {
+    false
+}

@@ -28,6 +28,9 @@ use crate::model::{CleanupState, DirIdentity, ExecutableIdentity, GoalRef, Outco
 use crate::sign::sha256_hex;
 
 pub const JOURNAL_VERSION: u32 = 1;
+/// Version of the checkpoint's summary fold. 2: a `result` whose class is
+/// `unknown` keeps its attempt open (older checkpoints are not trusted).
+const CHECKPOINT_VERSION: u32 = 2;
 const CHECKPOINT_EVERY: usize = 16;
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -177,6 +180,10 @@ pub struct OpenAttempt {
     pub goal_revision: u64,
     pub started_at: String,
     pub executing_record_sha256: String,
+    /// Its result record says `unknown`: it blocks the Goal like a crashed
+    /// runner's attempt, until a person resolves it.
+    #[serde(default)]
+    pub result_unknown: bool,
 }
 
 /// What admission needs from a Goal's journal, folded record by record.
@@ -217,8 +224,20 @@ impl Summary {
                         goal_revision: goal.revision,
                         started_at: e.record.at.clone(),
                         executing_record_sha256: e.digest.clone(),
+                        result_unknown: false,
                     },
                 );
+            }
+            // An unknown outcome is not an ending: the attempt stays open
+            // (and blocking) until a person's resolution closes it.
+            Event::Result {
+                attempt_id,
+                outcome: OutcomeClass::Unknown,
+                ..
+            } => {
+                if let Some(a) = self.open.get_mut(attempt_id) {
+                    a.result_unknown = true;
+                }
             }
             Event::Result { attempt_id, .. } | Event::Resolution { attempt_id, .. } => {
                 self.open.remove(attempt_id);
@@ -321,7 +340,7 @@ impl Journal {
 
     fn save_checkpoint(&self, bytes: &[u8]) {
         let cp = Checkpoint {
-            v: JOURNAL_VERSION,
+            v: CHECKPOINT_VERSION,
             len: bytes.len() as u64,
             lines: self.lines,
             prefix_sha256: sha256_hex(bytes),
@@ -391,12 +410,12 @@ impl Journal {
                 lease_id: a.lease_id.clone(),
                 goal_id: a.goal_id.clone(),
                 goal_revision: a.goal_revision,
-                state: if attempt_is_live(state_dir, id) {
+                state: if !a.result_unknown && attempt_is_live(state_dir, id) {
                     AttemptState::Running
                 } else {
                     AttemptState::Unknown
                 },
-                outcome: None,
+                outcome: a.result_unknown.then_some(OutcomeClass::Unknown),
                 classification: None,
                 started_at: a.started_at.clone(),
                 executing_record_sha256: a.executing_record_sha256.clone(),
@@ -410,7 +429,7 @@ fn load_checkpoint(journal: &Path, bytes: &[u8]) -> Option<Checkpoint> {
     let raw = fs::read(checkpoint_path(journal)).ok()?;
     let cp: Checkpoint = serde_json::from_slice(&raw).ok()?;
     let len = usize::try_from(cp.len).ok()?;
-    let valid = cp.v == JOURNAL_VERSION
+    let valid = cp.v == CHECKPOINT_VERSION
         && len <= bytes.len()
         && sha256_hex(&bytes[..len]) == cp.prefix_sha256;
     valid.then_some(cp)
@@ -459,7 +478,11 @@ pub fn attempts_of(entries: &[Entry], state_dir: &Path) -> Vec<AttemptSummary> {
                 ..
             } => {
                 if let Some(a) = out.iter_mut().find(|a| &a.attempt_id == attempt_id) {
-                    a.state = AttemptState::Done;
+                    a.state = if *outcome == OutcomeClass::Unknown {
+                        AttemptState::Unknown
+                    } else {
+                        AttemptState::Done
+                    };
                     a.outcome = Some(*outcome);
                     a.receipt_sha256 = Some(receipt_sha256.clone());
                 }

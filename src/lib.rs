@@ -15,7 +15,9 @@
 //! - a use is spent by a durable `executing` record written before `fork`;
 //! - an outcome is `*_reaped`/`exited` only when every process of the run was
 //!   observed gone; otherwise it is `unknown`, which blocks the Goal until a
-//!   person resolves it;
+//!   person resolves it (a crashed runner's attempt and a result record of
+//!   class `unknown` alike); a failure of governed-exec's own before the
+//!   program ran is `known_not_executed`/`exec_failed`, never `unknown`;
 //! - every `run` prints a receipt-shaped document, refusals included;
 //! - `verify` only reads, and a human classification is never evidence.
 

@@ -565,6 +565,9 @@ pub enum Reason {
     ExecFailed,
     /// A lease of a format version this binary does not read: re-approve.
     LeaseFormatUnsupported,
+    /// governed-exec got SIGTERM/SIGINT/SIGHUP before the use was spent:
+    /// nothing spawned, nothing spent.
+    CancelledBeforeSpawn,
     /// `unknown`: the processes could not be confirmed gone within the bound.
     CleanupUnconfirmed,
 }

@@ -25,7 +25,7 @@ use crate::model::{
     Cleanup, CleanupState, Envelope, GoalRef, LeaseRef, Outcome, OutcomeClass, Profile, Reason,
     ReceiptBody, Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
 };
-use crate::supervise::{self, Ending, RunResult};
+use crate::supervise::{self, Ending, RunResult, SuperviseError};
 use crate::sys::{ChildStep, SpawnSpec};
 use crate::{env, exit_code, fault, isolation, lease, receipt, sign};
 
@@ -360,46 +360,91 @@ pub fn refuse_unparsed(message: String) -> i32 {
     Draft::new(None).refuse(Refusal::new(Reason::InvalidInput, message))
 }
 
+/// Journal a refusal decided before the Goal's journal was opened (bad
+/// input once the Goal is known): best effort, the receipt is what counts.
+fn journal_refusal_record(state_dir: &Path, goal_id: &str, r: &Refusal) {
+    if let Ok(mut j) = Journal::open(state_dir, goal_id) {
+        append_refusal(&mut j, r);
+    }
+}
+
+fn append_refusal(journal: &mut Journal, r: &Refusal) {
+    let _ = journal.append(Event::Refusal {
+        lease_id: r.lease.as_ref().map(|l| l.body.lease_id.clone()),
+        reason: r.reason,
+        message: r.message.clone(),
+    });
+}
+
+/// Drain the signalfd without blocking: the cancelling signal (SIGTERM,
+/// SIGINT or SIGHUP) that arrived so far, if any. No child exists yet, so
+/// a SIGCHLD here has nothing to reap.
+fn pending_cancel(signals: &mut SignalFd) -> Option<i32> {
+    let mut cancel = None;
+    while let Ok(Some(info)) = signals.read_signal() {
+        let sig = info.ssi_signo as i32;
+        if sig != libc::SIGCHLD && cancel.is_none() {
+            cancel = Some(sig);
+        }
+    }
+    cancel
+}
+
+fn cancelled_before_spawn(sig: i32) -> Refusal {
+    let name = nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str())
+        .unwrap_or("a cancelling signal");
+    Refusal::new(
+        Reason::CancelledBeforeSpawn,
+        format!("governed-exec received {name} before the use was spent: nothing was spawned and no use was spent"),
+    )
+}
+
 pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
     let state_dir = args
         .state_dir
         .clone()
         .unwrap_or_else(journal::default_state_dir);
     let mut draft = Draft::new(args.receipt.clone());
-    // Sign refusals of bad input with a key that already exists, but create
-    // nothing on disk until the input is known to be good.
-    let existing = args
-        .key
-        .clone()
-        .unwrap_or_else(|| state_dir.join("runner.key"));
-    if let Ok(k) = sign::load_signing_key(&existing) {
-        draft.key = Some(k);
+    // The runner key's location is known from here on: every refusal is
+    // signed, with the key created if needed (as a successful run would),
+    // so a harness always gets a receipt `verify` can judge.
+    let mut key_pair = runner_key(args.key.as_deref(), &state_dir);
+    if let Ok((k, _)) = &key_pair {
+        draft.key = Some(k.clone());
     }
     let goal = match goal::load(&args.goal) {
         Ok(g) => g,
         Err(e) => return draft.refuse(Refusal::new(Reason::InvalidInput, e)),
     };
     draft.goal = Some(goal.reference());
+    let goal_id = goal.goal.id.clone();
+    let refuse_early = |draft: &Draft, r: Refusal| {
+        journal_refusal_record(&state_dir, &goal_id, &r);
+        draft.refuse(r)
+    };
     let selection = match selection(&args) {
         Ok(s) => s,
-        Err(e) => return draft.refuse(Refusal::new(Reason::InvalidInput, e)),
+        Err(e) => return refuse_early(&draft, Refusal::new(Reason::InvalidInput, e)),
     };
     if let Selection::Request(r) = &selection {
         draft.request = Some(r.clone());
     }
     let manifest = match lease::load_manifest(&args.manifest) {
         Ok(m) => m,
-        Err(e) => return draft.refuse(Refusal::new(Reason::InvalidInput, e)),
+        Err(e) => return refuse_early(&draft, Refusal::new(Reason::InvalidInput, e)),
     };
     let trust = match sign::load_verifying_key(&args.trust) {
         Ok(k) => k,
-        Err(e) => return draft.refuse(Refusal::new(Reason::InvalidInput, e.to_string())),
+        Err(e) => return refuse_early(&draft, Refusal::new(Reason::InvalidInput, e.to_string())),
     };
-    let (key, key_path) = match runner_key(args.key.as_deref(), &state_dir) {
+    let (key, key_path) = match std::mem::replace(
+        &mut key_pair,
+        Err(Refusal::new(Reason::InvalidInput, String::new())),
+    ) {
         Ok(k) => k,
-        Err(r) => return draft.refuse(r),
+        Err(r) => return refuse_early(&draft, r),
     };
-    draft.key = Some(key.clone());
     let mut journal = match Journal::open(&state_dir, &goal.goal.id) {
         Ok(j) => j,
         Err(e) => return draft.refuse(journal_refusal(e)),
@@ -415,11 +460,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
     let admitted = match admission::admit(&ctx, &selection) {
         Ok(a) => a,
         Err(r) => {
-            let _ = journal.append(Event::Refusal {
-                lease_id: r.lease.as_ref().map(|l| l.body.lease_id.clone()),
-                reason: r.reason,
-                message: r.message.clone(),
-            });
+            append_refusal(&mut journal, &r);
             return draft.refuse(r);
         }
     };
@@ -452,12 +493,16 @@ fn execute(
         id: body.lease_id.clone(),
         fingerprint: admitted.lease.fingerprint.clone(),
     };
-    let refuse_with_lease = |draft: &Draft, reason: Reason, msg: String| {
-        draft.refuse(Refusal {
+    // Refusals decided after admission are journaled like admission's, so
+    // the audit trail is complete (the journal is still held here).
+    let refuse_with_lease = |draft: &Draft, journal: &mut Journal, reason: Reason, msg: String| {
+        let r = Refusal {
             reason,
             message: msg,
             lease: Some(Box::new(admitted.lease.clone())),
-        })
+        };
+        append_refusal(journal, &r);
+        draft.refuse(r)
     };
     let attempt_id = new_id("att");
     let owner = body.isolation.as_user.map(|u| (u.uid, u.gid));
@@ -466,6 +511,7 @@ fn execute(
         Err(e) => {
             return refuse_with_lease(
                 &draft,
+                &mut journal,
                 Reason::IsolationUnavailable,
                 format!(
                     "cannot create the private HOME/TMPDIR under {}: {e}",
@@ -481,7 +527,7 @@ fn execute(
     ];
     let mut prepared = match isolation::prepare(&body.isolation, &writable) {
         Ok(p) => p,
-        Err(e) => return refuse_with_lease(&draft, Reason::IsolationUnavailable, e),
+        Err(e) => return refuse_with_lease(&draft, &mut journal, Reason::IsolationUnavailable, e),
     };
     let cgroups = RunCgroups::create(&attempt_id, body.limits.max_processes);
     // RLIMIT_NPROC counts every process of the uid and does not bind root:
@@ -493,7 +539,7 @@ fn execute(
             false
         }
         None if prepared.report.uid == 0 => {
-            return refuse_with_lease(&draft, Reason::IsolationUnavailable, format!(
+            return refuse_with_lease(&draft, &mut journal, Reason::IsolationUnavailable, format!(
                 "max_processes ({}) cannot be enforced: the child runs as root, which RLIMIT_NPROC does not bind, and no pids cgroup could be created here",
                 body.limits.max_processes
             ))
@@ -514,6 +560,7 @@ fn execute(
             Err(_) => {
                 return refuse_with_lease(
                     &draft,
+                    &mut journal,
                     Reason::InvalidInput,
                     "argv contains a NUL byte".into(),
                 )
@@ -533,13 +580,38 @@ fn execute(
     }
     let devnull = match std::fs::File::open("/dev/null") {
         Ok(f) => f,
-        Err(e) => return refuse_with_lease(&draft, Reason::ExecFailed, format!("/dev/null: {e}")),
+        Err(e) => {
+            return refuse_with_lease(
+                &draft,
+                &mut journal,
+                Reason::ExecFailed,
+                format!("/dev/null: {e}"),
+            )
+        }
     };
 
+    // A cancelling signal that arrived before the use is spent: refuse,
+    // spend nothing. (One arriving after the executing record is written
+    // stays pending in the signalfd and is forwarded to the child.)
+    if let Some(sig) = pending_cancel(signals) {
+        let r = cancelled_before_spawn(sig);
+        append_refusal(&mut journal, &r);
+        return draft.refuse(Refusal {
+            lease: Some(Box::new(admitted.lease.clone())),
+            ..r
+        });
+    }
     // Write-ahead: the lock the live runner holds, then the executing record.
     let lock = match AttemptLock::acquire(state_dir, &attempt_id) {
         Ok(l) => l,
-        Err(e) => return refuse_with_lease(&draft, Reason::JournalUnavailable, e.to_string()),
+        Err(e) => {
+            return refuse_with_lease(
+                &draft,
+                &mut journal,
+                Reason::JournalUnavailable,
+                e.to_string(),
+            )
+        }
     };
     let executing = Event::Executing {
         attempt_id: attempt_id.clone(),
@@ -554,7 +626,14 @@ fn execute(
     };
     let executing_digest = match journal.append(executing) {
         Ok(d) => d,
-        Err(e) => return refuse_with_lease(&draft, Reason::JournalUnavailable, e.to_string()),
+        Err(e) => {
+            return refuse_with_lease(
+                &draft,
+                &mut journal,
+                Reason::JournalUnavailable,
+                e.to_string(),
+            )
+        }
     };
     drop(journal);
     draft.attempt_id = Some(attempt_id.clone());
@@ -595,11 +674,15 @@ fn execute(
     receipt_body.signing = Some(signing_report(&key, &key_path, prepared.report.uid));
     receipt_body.journal_record_sha256 = Some(executing_digest);
     match result {
-        Err(e) => {
-            receipt_body.outcome = unknown(
-                Reason::CleanupUnconfirmed,
-                format!("supervision failed: {e}"),
-            );
+        // governed-exec's own failure before the program existed: nothing
+        // ran, whatever the use cost. Never `unknown`.
+        Err(SuperviseError::NotStarted(e)) => {
+            let msg = format!("could not start the child: {e}");
+            eprintln!("governed-exec: {msg}");
+            receipt_body.outcome = not_executed(Reason::ExecFailed, msg);
+        }
+        Err(e @ SuperviseError::AfterStart(_)) => {
+            receipt_body.outcome = unknown(Reason::CleanupUnconfirmed, e.to_string());
         }
         Ok(RunResult::NotExecuted { step, errno }) => {
             let err = std::io::Error::from_raw_os_error(errno);

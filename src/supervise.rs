@@ -160,7 +160,31 @@ pub struct Plan<'a> {
     pub cgroups: &'a RunCgroups,
 }
 
-pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
+/// Why supervision failed: before any child existed (nothing ran: the
+/// outcome is `known_not_executed`/`exec_failed`), or after (whether the
+/// tree finished or is gone is not known: `unknown`).
+#[derive(Debug, thiserror::Error)]
+pub enum SuperviseError {
+    #[error("could not start the child: {0}")]
+    NotStarted(#[source] std::io::Error),
+    #[error("supervision failed after the child started: {0}")]
+    AfterStart(#[source] std::io::Error),
+}
+
+impl From<std::io::Error> for SuperviseError {
+    /// Every `?` after the spawn: the child exists.
+    fn from(e: std::io::Error) -> SuperviseError {
+        SuperviseError::AfterStart(e)
+    }
+}
+
+impl From<nix::errno::Errno> for SuperviseError {
+    fn from(e: nix::errno::Errno) -> SuperviseError {
+        SuperviseError::AfterStart(e.into())
+    }
+}
+
+pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     let Plan {
         mut spec,
         limits,
@@ -169,15 +193,22 @@ pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
         cgroups,
     } = plan;
     let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
-    let (out_r, out_w) = nix::unistd::pipe2(cloexec)?;
-    let (err_r, err_w) = nix::unistd::pipe2(cloexec)?;
-    let (note_r, note_w) = nix::unistd::pipe2(cloexec)?;
+    let not_started = |e: nix::errno::Errno| SuperviseError::NotStarted(e.into());
+    let (out_r, out_w) = nix::unistd::pipe2(cloexec).map_err(not_started)?;
+    let (err_r, err_w) = nix::unistd::pipe2(cloexec).map_err(not_started)?;
+    let (note_r, note_w) = nix::unistd::pipe2(cloexec).map_err(not_started)?;
     spec.stdout_fd = out_w.as_raw_fd();
     spec.stderr_fd = err_w.as_raw_fd();
 
     let started = SystemTime::now();
     let t0 = Instant::now();
-    let pid = match sys::spawn(&spec)? {
+    if crate::fault::fail("spawn_enosys") {
+        // What clone3 answers under Docker's default seccomp profile.
+        return Err(SuperviseError::NotStarted(
+            std::io::Error::from_raw_os_error(libc::ENOSYS),
+        ));
+    }
+    let pid = match sys::spawn(&spec).map_err(SuperviseError::NotStarted)? {
         Spawned::Failed { step, errno } => return Ok(RunResult::NotExecuted { step, errno }),
         Spawned::Running { pid, pidfd } => (pid, pidfd),
     };
@@ -232,7 +263,12 @@ pub fn run(plan: Plan<'_>) -> std::io::Result<RunResult> {
         Ending::OutputCapped | Ending::MainExited => {}
     }
     let main_exited_first = ending == Ending::MainExited;
-    let cleanup = kill_all_and_confirm(main, main_exited_first, cgroups);
+    #[allow(unused_mut)]
+    let mut cleanup = kill_all_and_confirm(main, main_exited_first, cgroups);
+    if crate::fault::fail("cleanup_unconfirmed") {
+        // As if a process had stayed past the confirm bound.
+        cleanup.state = CleanupState::NotConfirmed;
+    }
     // Never block on a main process that could not be confirmed gone.
     let status = if main_has_exited(main) {
         waitpid(main, None).ok()

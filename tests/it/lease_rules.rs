@@ -202,5 +202,21 @@ fn bad_run_usage_exits_125() {
     let r = finish_run(o);
     assert_eq!(r.reason(), "invalid_input");
     assert!(r.stderr.contains("missing.json"));
-    assert!(!e.state.exists(), "bad input created state on disk");
+    // The refusal is signed, so the runner key may now exist (created as a
+    // successful run would); nothing else is written: no Goal, no journal.
+    let mut made: Vec<String> = std::fs::read_dir(&e.state)
+        .map(|rd| {
+            rd.flatten()
+                .map(|f| f.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    made.sort();
+    assert_eq!(made, ["runner.key", "runner.pub"], "bad input wrote state");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&r.stdout).unwrap()["signatures"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
 }

@@ -223,3 +223,185 @@ fn cancel_escalates_after_the_cancel_grace_not_the_kill_grace() {
         "escalation waited {took:?}: the 60s kill grace instead of the 300ms cancel grace"
     );
 }
+
+fn journal_list(e: &Env) -> Value {
+    let o = output(
+        cmd()
+            .args(["journal", "list", "--json"])
+            .arg("--state-dir")
+            .arg(&e.state),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn resolve(e: &Env, attempt: &str) -> std::process::Output {
+    output(
+        cmd()
+            .args([
+                "resolve",
+                "--attempt",
+                attempt,
+                "--as",
+                "failed",
+                "--by",
+                "ops",
+            ])
+            .arg("--state-dir")
+            .arg(&e.state),
+    )
+}
+
+fn journal_refusals(e: &Env) -> Vec<Value> {
+    let mut out = vec![];
+    for f in std::fs::read_dir(e.state.join("journal"))
+        .unwrap()
+        .flatten()
+    {
+        for l in std::fs::read_to_string(f.path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(l).unwrap();
+            if v["event"]["kind"] == "refusal" {
+                out.push(v["event"].clone());
+            }
+        }
+    }
+    out
+}
+
+/// A result record of class `unknown` blocks the Goal until resolved.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn an_unknown_result_blocks_the_goal_until_resolved() {
+    let e = Env::new();
+    e.approve(&["--uses", "3"], &["true"]);
+    let r = finish_run(output(
+        e.run_cmd(&[], &["true"])
+            .env("GOVERNED_EXEC_FAULT", "cleanup_unconfirmed"),
+    ));
+    assert_eq!((r.code, r.class()), (122, "unknown"), "{}", r.stderr);
+    assert_eq!(r.reason(), "cleanup_unconfirmed");
+    let attempt = r.predicate()["attempt_id"].as_str().unwrap().to_string();
+    let l = journal_list(&e);
+    assert_eq!(l[0]["state"], "unknown");
+    assert_eq!(l[0]["outcome"], "unknown");
+    e.run(&[], &["true"])
+        .assert_refused("unresolved_unknown_outcome");
+    let o = resolve(&e, &attempt);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(journal_list(&e)[0]["state"], "resolved");
+    let r = e.run(&[], &["true"]);
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+    // A second resolve has nothing left to resolve.
+    assert_eq!(resolve(&e, &attempt).status.code(), Some(2));
+}
+
+/// governed-exec's own failure before the program existed is
+/// `known_not_executed`/`exec_failed`, and does not block the Goal.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_spawn_failure_is_exec_failed_never_unknown() {
+    let e = Env::new();
+    e.approve(&["--uses", "2"], &["true"]);
+    let r = finish_run(output(
+        e.run_cmd(&[], &["true"])
+            .env("GOVERNED_EXEC_FAULT", "spawn_enosys"),
+    ));
+    r.assert_refused("exec_failed");
+    assert_eq!(r.predicate()["cleanup"]["state"], "not_started");
+    assert!(r.stderr.contains("os error 38"), "{}", r.stderr);
+    assert_eq!(journal_list(&e)[0]["outcome"], "known_not_executed");
+    let r = e.run(&[], &["true"]);
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+}
+
+#[test]
+fn a_cancel_before_the_use_is_spent_spends_nothing() {
+    use sha2::Digest;
+    let e = Env::new();
+    let marker = e.path("ran");
+    let probe = ["sh", "-c", &format!("touch {}", marker.display())];
+    e.approve(&["--uses", "1"], &probe);
+    // Hold the Goal's journal lock so the runner waits before admission.
+    let jdir = e.state.join("journal");
+    std::fs::create_dir_all(&jdir).unwrap();
+    let name = format!("{}.jsonl", &hex_of(&sha2::Sha256::digest(b"t"))[..32]);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(jdir.join(name))
+        .unwrap();
+    let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let g = RunnerGuard::spawn(e.run_cmd(&[], &probe));
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    g.signal("INT");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    drop(lock);
+    let r = g.finish();
+    r.assert_refused("cancelled_before_spawn");
+    assert!(!marker.exists());
+    assert_eq!(e.journal_executing_count(), 0);
+    assert!(journal_refusals(&e)
+        .iter()
+        .any(|v| v["reason"] == "cancelled_before_spawn"));
+    // The single use is still there.
+    let r = e.run(&[], &probe);
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+    assert!(marker.exists());
+}
+
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn refusals_after_admission_are_journaled() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let r = finish_run(output(
+        e.run_cmd(&[], &["true"])
+            .env("TMPDIR", e.path("no-such-dir")),
+    ));
+    r.assert_refused("isolation_unavailable");
+    let refusals = journal_refusals(&e);
+    assert!(
+        refusals
+            .iter()
+            .any(|v| v["reason"] == "isolation_unavailable" && v["lease_id"].is_string()),
+        "{refusals:?}"
+    );
+    assert_eq!(e.journal_executing_count(), 0);
+}
+
+#[test]
+fn a_bad_input_refusal_on_a_fresh_state_dir_is_signed() {
+    let e = Env::new();
+    let req = e.path("req.json");
+    std::fs::write(
+        &req,
+        r#"{ "executable": "true", "argv": [], "cwd": ".", "profile": "standard", "shell": true }"#,
+    )
+    .unwrap();
+    let r = e.run(&["--request", req.to_str().unwrap()], &[]);
+    r.assert_refused("invalid_input");
+    let env: Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(
+        env["signatures"].as_array().map(Vec::len),
+        Some(1),
+        "unsigned"
+    );
+    assert!(e.runner_pub().exists(), "no runner.pub beside the key");
+    let p = e.path("refusal.json");
+    std::fs::write(&p, &r.stdout).unwrap();
+    let (code, out) = e.verify(&p);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("NOT_VERIFIED"), "{out}");
+    // The refusal is journaled too.
+    assert!(journal_refusals(&e)
+        .iter()
+        .any(|v| v["reason"] == "invalid_input"));
+}
