@@ -282,6 +282,9 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         l.max_processes, l.max_open_files, format_size(l.max_file_size_bytes), format_size(l.keep_output_bytes), format_size(l.output_cap_bytes)
     ));
     line("environment", env::describe(&b.env));
+    for w in crate::toolchain::warnings(b) {
+        line("warning", w);
+    }
     line(
         "stdin",
         "/dev/null; no terminal; new session; no inherited fds".into(),

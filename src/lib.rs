@@ -45,6 +45,7 @@ pub mod schema;
 pub mod sign;
 pub mod supervise;
 pub mod sys;
+pub mod toolchain;
 pub mod verify;
 pub mod view;
 

@@ -16,5 +16,6 @@ mod outcomes;
 mod output;
 mod pipeline;
 mod supervision;
+mod toolchains;
 mod verify;
 mod views;

@@ -1,0 +1,180 @@
+//! Toolchain launchers the approval summary warns about.
+//!
+//! The child gets a clean environment and a fresh private HOME, so a
+//! launcher that finds its real program through the environment or the home
+//! directory fails at run time, after a use is spent, with a misleading
+//! message ("run rustup default stable"). Two common ones are recognised at
+//! approve time, and the summary names the `--env` values they will need:
+//!
+//! - a **rustup proxy** (`cargo`, `rustc`, … resolving to the `rustup`
+//!   binary by symlink or hard link): it needs `RUSTUP_HOME` (toolchains),
+//!   `CARGO_HOME` (registry cache, installed tools) and a `PATH` holding the
+//!   proxies, because the private HOME has no `~/.rustup` or `~/.cargo`;
+//! - a **Python venv launcher** (an interpreter, or a `#!` script's
+//!   interpreter, in `VENV/bin` beside `VENV/pyvenv.cfg`): it needs
+//!   `PATH=VENV/bin:…` (so entry points and subprocesses find the venv) and
+//!   `VIRTUAL_ENV=VENV`.
+//!
+//! Either way the lease pins the launcher's bytes, not the program it
+//! dispatches to (the toolchain under `RUSTUP_HOME`, the venv's
+//! site-packages): the warning says so.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::model::LeaseBody;
+
+/// Where the executable was found before symlinks were followed.
+fn found_at(b: &LeaseBody) -> PathBuf {
+    let e = &b.executable;
+    e.symlink_chain.first().map_or_else(
+        || PathBuf::from(&e.canonical_path),
+        |h| PathBuf::from(&h.path),
+    )
+}
+
+/// The file is rustup itself: named so, or a hard link of a `rustup` beside
+/// it (rustup installs its proxies as hard links where it can).
+pub fn is_rustup(canonical: &Path, found: &Path) -> bool {
+    let named = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n == "rustup" || n == "rustup-init")
+    };
+    if named(canonical) {
+        return true;
+    }
+    let Ok(me) = std::fs::metadata(canonical) else {
+        return false;
+    };
+    [canonical, found].iter().any(|p| {
+        p.parent()
+            .and_then(|d| std::fs::metadata(d.join("rustup")).ok())
+            .is_some_and(|r| r.dev() == me.dev() && r.ino() == me.ino())
+    })
+}
+
+/// `VENV` when `p` is `VENV/bin/NAME` and `VENV/pyvenv.cfg` exists.
+pub fn venv_of(p: &Path) -> Option<PathBuf> {
+    let root = p.parent()?.parent()?;
+    root.join("pyvenv.cfg")
+        .is_file()
+        .then(|| root.to_path_buf())
+}
+
+fn path_has(path: &str, dir: &Path) -> bool {
+    path.split(':').any(|d| Path::new(d) == dir)
+}
+
+fn quote(v: &str) -> String {
+    if v.bytes()
+        .all(|c| c.is_ascii_alphanumeric() || b"/._-:=+,@".contains(&c))
+    {
+        v.to_string()
+    } else {
+        format!("'{}'", v.replace('\'', r"'\''"))
+    }
+}
+
+/// The approver's own value of a rustup/cargo home, as rustup finds it.
+fn home_default(var: &str, dotdir: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| std::env::var("HOME").ok().map(|h| format!("{h}/{dotdir}")))
+        .unwrap_or_else(|| format!("<your {var}>"))
+}
+
+/// Warnings for the approval summary, each one line (may be long; the
+/// summary prints them as they are).
+pub fn warnings(b: &LeaseBody) -> Vec<String> {
+    let mut out = Vec::new();
+    let e = &b.executable;
+    let canonical = PathBuf::from(&e.canonical_path);
+    let found = found_at(b);
+    let fixed = &b.env.fixed;
+    if is_rustup(&canonical, &found) {
+        let mut need = Vec::new();
+        if let Some(dir) = found.parent().filter(|d| !path_has(&b.env.path, d)) {
+            need.push(format!(
+                "--env PATH={}:{}",
+                quote(&dir.display().to_string()),
+                b.env.path
+            ));
+        }
+        for (var, dot) in [("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")] {
+            if !fixed.contains_key(var) {
+                need.push(format!("--env {var}={}", quote(&home_default(var, dot))));
+            }
+        }
+        let pinned = "the lease pins rustup's bytes, not the toolchain it runs (pin that by approving the path `rustup which` prints)";
+        if need.is_empty() {
+            out.push(format!("{} is a rustup proxy; {pinned}", e.requested));
+        } else {
+            out.push(format!(
+                "{} is a rustup proxy: the child's private HOME has no ~/.rustup or ~/.cargo, so it needs {}; {pinned}",
+                e.requested,
+                need.join(" ")
+            ));
+        }
+    }
+    let mut candidates = vec![found.clone(), canonical.clone()];
+    candidates.extend(e.symlink_chain.iter().map(|h| PathBuf::from(&h.path)));
+    if let Some(i) = &e.interpreter {
+        candidates.push(PathBuf::from(i.split_whitespace().next().unwrap_or(i)));
+    }
+    if let Some(venv) = candidates.iter().find_map(|p| venv_of(p)) {
+        let bin = venv.join("bin");
+        let mut need = Vec::new();
+        if !path_has(&b.env.path, &bin) {
+            need.push(format!(
+                "--env PATH={}:{}",
+                quote(&bin.display().to_string()),
+                b.env.path
+            ));
+        }
+        if !fixed.contains_key("VIRTUAL_ENV") {
+            need.push(format!(
+                "--env VIRTUAL_ENV={}",
+                quote(&venv.display().to_string())
+            ));
+        }
+        let pinned = "the lease pins the launcher's bytes, not the venv's packages";
+        if need.is_empty() {
+            out.push(format!(
+                "{} runs in the Python venv {}; {pinned}",
+                e.requested,
+                venv.display()
+            ));
+        } else {
+            out.push(format!(
+                "{} runs in the Python venv {}: the child's clean environment does not activate it, so it needs {}; {pinned}",
+                e.requested,
+                venv.display(),
+                need.join(" ")
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn venv_is_found_by_its_pyvenv_cfg() {
+        let d = std::env::temp_dir().join(format!("ge-venv-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("bin")).unwrap();
+        std::fs::write(d.join("pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+        assert_eq!(venv_of(&d.join("bin/python")), Some(d.clone()));
+        assert_eq!(venv_of(Path::new("/usr/bin/python3")), None);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn values_with_spaces_are_quoted_for_a_shell() {
+        assert_eq!(quote("/a/b"), "/a/b");
+        assert_eq!(quote("/a b/c'd"), r"'/a b/c'\''d'");
+    }
+}
