@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A CI step that wraps `cargo test` with governed-exec, with the --env recipe
+# a rustup-managed toolchain needs: the child gets a clean PATH and a fresh
+# private HOME, so without it `cargo` is not found, then the rustup proxy
+# finds no toolchain ("run rustup default stable"), then no registry cache.
+#
+#   bash examples/cargo-test/ci-step.sh WORKSPACE [OUT]
+#
+# WORKSPACE is the crate (examples/cargo-test/crate is a tiny one); OUT gets
+# the keys, manifest, state dir and receipt (default WORKSPACE/.governed).
+# In a real pipeline step 1 happens once, on a trusted machine, and the
+# manifest, goal and approver.pub are committed; see ci/github-actions.yml.
+set -euo pipefail
+GE=${GE:-governed-exec}
+here=$(cd "$(dirname "$0")" && pwd)
+ws=$(cd "${1:?usage: ci-step.sh WORKSPACE [OUT]}" && pwd)
+out=${2:-$ws/.governed}
+mkdir -p "$out"
+
+# Where rustup keeps its proxies (cargo, rustc, … are links to rustup),
+# its toolchains, and cargo's registry cache. Inside the child HOME is a
+# fresh empty directory, so each must be given explicitly.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
+if [ -x "$cargo_home/bin/cargo" ]; then
+  cargo_bin=$cargo_home/bin
+else
+  cargo_bin=$(dirname "$(command -v cargo)")
+fi
+recipe=(--env "PATH=$cargo_bin:/usr/local/bin:/usr/bin:/bin"
+        --env "RUSTUP_HOME=$rustup_home" --env "CARGO_HOME=$cargo_home")
+
+# 1. Once, by a human: approve exactly this step. The approval summary
+#    (stderr) says whether cargo is a rustup proxy and which --env it needs.
+[ -e "$out/approver.key" ] || "$GE" keygen --out "$out/approver"
+"$GE" approve --goal "$here/goal.json" --workspace "$ws" --manifest "$out/manifest.json" \
+  --key "$out/approver.key" --ttl 1h --uses 1 --profile long "${recipe[@]}" \
+  -- cargo test --offline --locked
+
+# 2. The pipeline step: headless, bounded, never prompts. Its exit code is
+#    cargo's own; keep going to verify and summarise either way.
+status=0
+"$GE" run --goal "$here/goal.json" --manifest "$out/manifest.json" \
+  --trust "$out/approver.pub" --state-dir "$out/state" --receipt "$out/receipt.json" \
+  --profile long -- cargo test --offline --locked || status=$?
+
+# 3. What a person reads: the verdict and the receipt's text view.
+"$GE" verify --goal "$here/goal.json" --receipt "$out/receipt.json" \
+  --trust "$out/state/runner.pub" --state-dir "$out/state" || status=$?
+"$GE" receipt show "$out/receipt.json" --format text
+exit "$status"
