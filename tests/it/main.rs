@@ -5,6 +5,7 @@
 #[macro_use]
 mod support;
 
+mod ci_summary;
 mod examples;
 mod fuzz_regressions;
 mod identity_drift;

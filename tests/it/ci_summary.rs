@@ -1,0 +1,126 @@
+//! The CI examples show the views: the GitHub Actions example appends the
+//! verdict and the receipt as markdown to `$GITHUB_STEP_SUMMARY`, the GitLab
+//! example prints the text view. The shell of those steps is taken from the
+//! shipped YAML files and run here as the runners would run it.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::*;
+
+fn indent(l: &str) -> usize {
+    l.len() - l.trim_start().len()
+}
+
+/// The `run: |` block of the GitHub Actions step named `name`, dedented.
+fn github_step_script(yml: &str, name: &str) -> String {
+    let lines: Vec<&str> = yml.lines().collect();
+    let step = lines
+        .iter()
+        .position(|l| l.trim() == format!("- name: {name}"))
+        .unwrap_or_else(|| panic!("no step {name:?} in ci/github-actions.yml"));
+    let run = step
+        + lines[step..]
+            .iter()
+            .position(|l| l.trim() == "run: |")
+            .expect("run: | in the step");
+    let base = indent(lines[run]);
+    let body: Vec<&str> = lines[run + 1..]
+        .iter()
+        .take_while(|l| l.trim().is_empty() || indent(l) > base)
+        .copied()
+        .collect();
+    let cut = body.iter().map(|l| indent(l)).min().unwrap_or(0);
+    body.iter()
+        .map(|l| l.get(cut..).unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The commands of a GitLab job's `after_script:` list.
+fn gitlab_after_script(yml: &str) -> Vec<String> {
+    let lines: Vec<&str> = yml.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.trim() == "after_script:")
+        .expect("after_script: in ci/gitlab-ci.yml");
+    let base = indent(lines[at]);
+    lines[at + 1..]
+        .iter()
+        .take_while(|l| l.trim().is_empty() || indent(l) > base)
+        .filter_map(|l| l.trim().strip_prefix("- "))
+        .map(String::from)
+        .collect()
+}
+
+/// A job directory as the CI examples expect it: ci/goal.json and a
+/// receipt.json from a real run; `governed-exec` on PATH is the binary
+/// under test.
+fn job(e: &Env) -> (std::path::PathBuf, String) {
+    let dir = e.path("job");
+    std::fs::create_dir_all(dir.join("ci")).unwrap();
+    std::fs::create_dir_all(e.path("bin")).unwrap();
+    std::os::unix::fs::symlink(BIN, e.path("bin/governed-exec")).unwrap();
+    std::fs::copy(&e.goal, dir.join("ci/goal.json")).unwrap();
+    e.approve(&[], &["sh", "-c", "echo all tests passed"]);
+    let r = e.run(&[], &["sh", "-c", "echo all tests passed"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    std::fs::write(dir.join("receipt.json"), &r.stdout).unwrap();
+    let path = format!(
+        "{}:{}",
+        e.path("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    (dir, path)
+}
+
+fn repo_file(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)).unwrap()
+}
+
+#[test]
+fn github_actions_example_writes_both_views_to_the_job_summary() {
+    let e = Env::new();
+    let (dir, path) = job(&e);
+    let script = github_step_script(
+        &repo_file("ci/github-actions.yml"),
+        "Job summary (governed-exec views)",
+    );
+    let summary = e.path("step-summary.md");
+    let o = Command::new("bash")
+        .args(["-e", "-c", &script])
+        .current_dir(&dir)
+        .env("PATH", path)
+        .env("GITHUB_STEP_SUMMARY", &summary)
+        .env("GOVERNED_EXEC_STATE_DIR", &e.state)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{script}\n{o:?}");
+    let md = std::fs::read_to_string(&summary).unwrap();
+    assert_eq!(md.lines().next(), Some("VERIFIED_DONE"), "{md}");
+    assert!(md.contains("| exit\\_code equals 0 | met |"), "{md}");
+    assert!(md.contains("### governed-exec receipt: exited"), "{md}");
+    assert!(md.contains("all tests passed"), "{md}");
+}
+
+#[test]
+fn gitlab_example_prints_the_text_view() {
+    let e = Env::new();
+    let (dir, path) = job(&e);
+    let cmds = gitlab_after_script(&repo_file("ci/gitlab-ci.yml"));
+    assert!(!cmds.is_empty());
+    let mut out = String::new();
+    for c in &cmds {
+        let o = Command::new("sh")
+            .args(["-c", c])
+            .current_dir(&dir)
+            .env("PATH", &path)
+            .env("GOVERNED_EXEC_STATE_DIR", &e.state)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{c}: {o:?}");
+        out.push_str(&String::from_utf8_lossy(&o.stdout));
+    }
+    assert!(out.contains("outcome      exited"), "{out}");
+    assert!(out.contains("| all tests passed"), "{out}");
+}
