@@ -206,7 +206,8 @@ impl Summary {
     }
 
     fn fold(&mut self, e: &Entry) {
-        self.next_seq = e.record.seq + 1;
+        // parse_chain_from never passes a record with seq u64::MAX.
+        self.next_seq = e.record.seq.saturating_add(1);
         self.last_digest = e.digest.clone();
         match &e.record.event {
             Event::Executing {
@@ -250,18 +251,113 @@ impl Summary {
     }
 }
 
-/// A checkpoint beside the journal: the summary of its first `len` bytes,
-/// trusted only while those bytes still hash to `prefix_sha256`. Hashing the
-/// prefix is ~100x cheaper than parsing it, and any edit of it (even one that
-/// keeps the length) falls back to a full, fail-closed parse.
+/// A checkpoint beside the journal: the summary of its first `len` bytes
+/// (`lines` records). It is a cache, and admission trusts it only when
+///
+/// - its HMAC-SHA256 verifies under the state dir's checkpoint key
+///   (`checkpoints/mac.key`, 32 random bytes, 0600): an edit of any field
+///   (spent uses set to zero, an unknown attempt removed) by anything that
+///   cannot read that key falls back to a full parse;
+/// - those bytes still hash to `prefix_sha256` (an edit of the journal
+///   itself, even one keeping the length, falls back to a full parse);
+/// - it is bound to the chain: the prefix ends with a whole record whose
+///   digest is the summary's `last_digest` and whose `seq + 1` is its
+///   `next_seq`.
+///
+/// Why an HMAC and not a bare hash: a hash of the summary can be recomputed
+/// by whoever edits it; the key cannot be read by a child that runs as
+/// another uid or under a Landlock read scope. A same-uid child in the
+/// default boundary can read the state dir and forge anything in it,
+/// checkpoint, journal and runner key alike (the receipt says the key was in
+/// its reach); `journal verify` re-derives the whole state from the records
+/// and reports any checkpoint that disagrees.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Checkpoint {
-    v: u32,
-    len: u64,
-    lines: usize,
-    prefix_sha256: String,
-    summary: Summary,
+pub struct Checkpoint {
+    pub v: u32,
+    pub len: u64,
+    pub lines: usize,
+    pub prefix_sha256: String,
+    pub summary: Summary,
+    /// HMAC-SHA256 (hex) of everything above, keyed by the checkpoint key.
+    pub mac: String,
+}
+
+/// Size bound of a checkpoint file (it holds one Goal's summary).
+pub const MAX_CHECKPOINT_BYTES: u64 = 16 * 1024 * 1024;
+
+impl Checkpoint {
+    fn mac_input(&self) -> Vec<u8> {
+        let mut m = format!(
+            "governed-exec/checkpoint\n{}\n{}\n{}\n{}\n",
+            self.v, self.len, self.lines, self.prefix_sha256
+        )
+        .into_bytes();
+        m.extend(serde_json::to_vec(&self.summary).unwrap_or_default());
+        m
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) with a 32-byte key.
+pub fn hmac_sha256(key: &[u8; 32], msg: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut ipad = [0x36u8; 64];
+    let mut opad = [0x5cu8; 64];
+    for (i, k) in key.iter().enumerate() {
+        ipad[i] ^= k;
+        opad[i] ^= k;
+    }
+    let inner = Sha256::new()
+        .chain_update(ipad)
+        .chain_update(msg)
+        .finalize();
+    Sha256::new()
+        .chain_update(opad)
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+fn checkpoint_key_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("checkpoints").join("mac.key")
+}
+
+fn read_checkpoint_key(state_dir: &Path) -> Option<[u8; 32]> {
+    let b = read_bounded(&checkpoint_key_path(state_dir), 64).ok()?;
+    b.try_into().ok()
+}
+
+/// The checkpoint key, created (0600, exclusively) on first use.
+fn checkpoint_key(state_dir: &Path) -> Option<[u8; 32]> {
+    if let Some(k) = read_checkpoint_key(state_dir) {
+        return Some(k);
+    }
+    let mut k = [0u8; 32];
+    getrandom::getrandom(&mut k).ok()?;
+    let path = checkpoint_key_path(state_dir);
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    write_synced(&tmp, &k, 0o600).ok()?;
+    // A hard link never replaces a key another runner created first.
+    let linked = fs::hard_link(&tmp, &path);
+    let _ = fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Some(k),
+        Err(_) => read_checkpoint_key(state_dir),
+    }
+}
+
+/// Read a whole file, refusing one larger than `max` bytes.
+pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let f = File::open(path)?;
+    let mut out = Vec::new();
+    f.take(max.saturating_add(1)).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than the {max}-byte bound"),
+        ));
+    }
+    Ok(out)
 }
 
 /// One Goal's journal, locked for the lifetime of this value.
@@ -277,15 +373,23 @@ pub struct Journal {
     entry_synced: bool,
 }
 
-/// Checkpoints live beside, not inside, the journal directory, which holds
-/// only journals.
-fn checkpoint_path(journal: &Path) -> PathBuf {
-    let stem = journal.file_stem().unwrap_or_default();
-    let state = journal
+/// The state dir of a journal file (`STATE/journal/X.jsonl`).
+fn state_of(journal: &Path) -> PathBuf {
+    journal
         .parent()
         .and_then(Path::parent)
-        .unwrap_or(Path::new("."));
-    state.join("checkpoints").join(stem).with_extension("json")
+        .unwrap_or(Path::new("."))
+        .to_path_buf()
+}
+
+/// Checkpoints live beside, not inside, the journal directory, which holds
+/// only journals.
+pub fn checkpoint_path(journal: &Path) -> PathBuf {
+    let stem = journal.file_stem().unwrap_or_default();
+    state_of(journal)
+        .join("checkpoints")
+        .join(stem)
+        .with_extension("json")
 }
 
 impl Journal {
@@ -339,17 +443,22 @@ impl Journal {
     }
 
     fn save_checkpoint(&self, bytes: &[u8]) {
-        let cp = Checkpoint {
+        let dest = checkpoint_path(&self.path);
+        if let Some(d) = dest.parent() {
+            let _ = fs::DirBuilder::new().recursive(true).mode(0o700).create(d);
+        }
+        let Some(key) = checkpoint_key(&state_of(&self.path)) else {
+            return;
+        };
+        let mut cp = Checkpoint {
             v: CHECKPOINT_VERSION,
             len: bytes.len() as u64,
             lines: self.lines,
             prefix_sha256: sha256_hex(bytes),
             summary: self.summary.clone(),
+            mac: String::new(),
         };
-        let dest = checkpoint_path(&self.path);
-        if let Some(d) = dest.parent() {
-            let _ = fs::DirBuilder::new().recursive(true).mode(0o700).create(d);
-        }
+        cp.mac = hex::encode(hmac_sha256(&key, &cp.mac_input()));
         let tmp = dest.with_extension("json.tmp");
         let ok = serde_json::to_vec(&cp)
             .ok()
@@ -362,6 +471,13 @@ impl Journal {
     /// Append one record durably: write, fdatasync the file (and fsync the
     /// directory the first time). Returns the record's digest.
     pub fn append(&mut self, event: Event) -> Result<String, JournalError> {
+        if self.summary.next_seq == u64::MAX {
+            return Err(JournalError::Corrupt {
+                path: self.path.display().to_string(),
+                line: self.lines + 1,
+                detail: "sequence numbers exhausted".into(),
+            });
+        }
         let record = Record {
             v: JOURNAL_VERSION,
             seq: self.summary.next_seq,
@@ -426,13 +542,47 @@ impl Journal {
 }
 
 fn load_checkpoint(journal: &Path, bytes: &[u8]) -> Option<Checkpoint> {
-    let raw = fs::read(checkpoint_path(journal)).ok()?;
+    let raw = read_bounded(&checkpoint_path(journal), MAX_CHECKPOINT_BYTES).ok()?;
     let cp: Checkpoint = serde_json::from_slice(&raw).ok()?;
-    let len = usize::try_from(cp.len).ok()?;
-    let valid = cp.v == CHECKPOINT_VERSION
+    let key = read_checkpoint_key(&state_of(journal))?;
+    checkpoint_trusted(&cp, &key, bytes).then_some(cp)
+}
+
+/// Whether `cp` may stand in for parsing the first `cp.len` bytes of
+/// `bytes`: authentic (HMAC), current (prefix hash) and bound to the chain
+/// (the record at its position).
+pub fn checkpoint_trusted(cp: &Checkpoint, key: &[u8; 32], bytes: &[u8]) -> bool {
+    let Ok(len) = usize::try_from(cp.len) else {
+        return false;
+    };
+    let mac_ok = hex::decode(&cp.mac).is_ok_and(|m| m == hmac_sha256(key, &cp.mac_input()));
+    mac_ok
+        && cp.v == CHECKPOINT_VERSION
         && len <= bytes.len()
-        && sha256_hex(&bytes[..len]) == cp.prefix_sha256;
-    valid.then_some(cp)
+        && sha256_hex(&bytes[..len]) == cp.prefix_sha256
+        && bound_to_chain(&bytes[..len], cp.lines, &cp.summary)
+}
+
+/// The prefix ends with a whole record that the summary names as the last
+/// one (digest and sequence), and holds `lines` records. An empty prefix
+/// goes with the genesis summary.
+fn bound_to_chain(prefix: &[u8], lines: usize, summary: &Summary) -> bool {
+    if prefix.is_empty() {
+        return lines == 0 && summary.next_seq == 0 && summary.last_digest == GENESIS;
+    }
+    let Some(body) = prefix.strip_suffix(b"\n") else {
+        return false;
+    };
+    let last = body
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(body, |i| &body[i + 1..]);
+    let Ok(record) = serde_json::from_slice::<Record>(last) else {
+        return false;
+    };
+    prefix.iter().filter(|b| **b == b'\n').count() == lines
+        && sha256_hex(last) == summary.last_digest
+        && record.seq.checked_add(1) == Some(summary.next_seq)
 }
 
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -550,8 +700,13 @@ fn parse_chain_from(
             return Err(corrupt(n, format!("unknown journal version {}", record.v)));
         }
         let (want_seq, want_prev) = match entries.last() {
-            Some(prev) => (prev.record.seq + 1, prev.digest.as_str()),
-            None => (after.next_seq, after.last_digest.as_str()),
+            Some(prev) => (prev.record.seq.checked_add(1), prev.digest.as_str()),
+            None => (Some(after.next_seq), after.last_digest.as_str()),
+        };
+        // The last sequence number is never used: its successor would not
+        // fit, so a chain that reached it is exhausted.
+        let Some(want_seq) = want_seq.filter(|s| *s < u64::MAX) else {
+            return Err(corrupt(n, "sequence numbers exhausted".into()));
         };
         if record.seq != want_seq {
             return Err(corrupt(
@@ -699,4 +854,212 @@ pub fn sync_parent_dir(path: &Path) -> std::io::Result<()> {
 pub fn write_durable(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     write_synced(path, bytes, mode)?;
     sync_parent_dir(path)
+}
+
+/// What `journal verify` found in one Goal's journal, re-derived from its
+/// records alone.
+#[derive(Debug, Clone, Default)]
+pub struct Audit {
+    pub records: usize,
+    /// The state the records fold to.
+    pub summary: Summary,
+    /// Attempts whose outcome is unknown and unresolved: they block the Goal.
+    pub blocking: Vec<String>,
+    /// Broken invariants and checkpoint disagreements (any makes it fail).
+    pub problems: Vec<String>,
+    /// Facts worth a line that break nothing.
+    pub notes: Vec<String>,
+}
+
+/// Re-derive a journal's state from its records, check the invariants, and
+/// compare the checkpoint (if any) with the records it claims to summarise.
+pub fn audit(path: &Path, bytes: &[u8]) -> Result<Audit, JournalError> {
+    let entries = parse_chain(path, bytes)?;
+    let state_dir = state_of(path);
+    let mut a = Audit {
+        records: entries.len(),
+        ..Audit::default()
+    };
+    a.problems = invariant_violations(&entries);
+    let summary = {
+        let mut s = Summary::new();
+        for e in &entries {
+            s.fold(e);
+        }
+        s
+    };
+    for (id, open) in &summary.open {
+        if open.result_unknown || !attempt_is_live(&state_dir, id) {
+            a.blocking.push(id.clone());
+        }
+    }
+    a.summary = summary;
+    check_checkpoint(path, bytes, &entries, &mut a);
+    Ok(a)
+}
+
+/// The invariants every journal keeps, checked on its records alone.
+pub fn invariant_violations(entries: &[Entry]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut executed: BTreeMap<&str, &str> = BTreeMap::new(); // attempt -> lease
+    let mut uses: BTreeMap<&str, (u64, u64)> = BTreeMap::new(); // lease -> (spent, min max_uses)
+    let mut closed: BTreeSet<&str> = BTreeSet::new();
+    // Attempts whose result said unknown and that no resolution closed yet.
+    let mut unresolved: BTreeSet<&str> = BTreeSet::new();
+    for e in entries {
+        let line = e.record.seq;
+        match &e.record.event {
+            Event::Executing {
+                attempt_id,
+                lease_id,
+                max_uses,
+                ..
+            } => {
+                if let Some(u) = unresolved.iter().next() {
+                    problems.push(format!(
+                        "record {line}: attempt {attempt_id} started while attempt {u}'s unknown outcome was unresolved"
+                    ));
+                }
+                if executed.insert(attempt_id, lease_id).is_some() {
+                    problems.push(format!(
+                        "record {line}: attempt {attempt_id} has a second executing record"
+                    ));
+                }
+                let u = uses.entry(lease_id).or_insert((0, *max_uses));
+                u.0 += 1;
+                u.1 = u.1.min(*max_uses);
+                if u.0 > u.1 {
+                    problems.push(format!(
+                        "record {line}: lease {lease_id} spent use {} of {}",
+                        u.0, u.1
+                    ));
+                }
+            }
+            Event::Result {
+                attempt_id,
+                outcome,
+                ..
+            } => {
+                if !executed.contains_key(attempt_id.as_str()) {
+                    problems.push(format!(
+                        "record {line}: result for attempt {attempt_id}, which has no executing record before it"
+                    ));
+                } else if !closed.insert(attempt_id) {
+                    problems.push(format!(
+                        "record {line}: attempt {attempt_id} already had a result or a resolution"
+                    ));
+                } else if *outcome == OutcomeClass::Unknown {
+                    unresolved.insert(attempt_id);
+                    // Still open: only a resolution closes it.
+                    closed.remove(attempt_id.as_str());
+                }
+            }
+            Event::Resolution { attempt_id, .. } => {
+                if !executed.contains_key(attempt_id.as_str()) {
+                    problems.push(format!(
+                        "record {line}: resolution of attempt {attempt_id}, which has no executing record before it"
+                    ));
+                } else if !closed.insert(attempt_id) {
+                    problems.push(format!(
+                        "record {line}: resolution of attempt {attempt_id}, which already had a result or a resolution"
+                    ));
+                }
+                unresolved.remove(attempt_id.as_str());
+            }
+            Event::Revocation { .. } | Event::Refusal { .. } => {}
+        }
+    }
+    problems
+}
+
+fn check_checkpoint(path: &Path, bytes: &[u8], entries: &[Entry], a: &mut Audit) {
+    let cp_path = checkpoint_path(path);
+    let raw = match read_bounded(&cp_path, MAX_CHECKPOINT_BYTES) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => {
+            a.problems
+                .push(format!("checkpoint {}: {e}", cp_path.display()));
+            return;
+        }
+    };
+    let cp: Checkpoint = match serde_json::from_slice(&raw) {
+        Ok(c) => c,
+        Err(e) => {
+            a.notes.push(format!(
+                "checkpoint {} is not one this release writes ({e}); admission ignores it",
+                cp_path.display()
+            ));
+            return;
+        }
+    };
+    let what = format!("checkpoint {}", cp_path.display());
+    let derived = usize::try_from(cp.len)
+        .ok()
+        .filter(|_| cp.lines <= entries.len())
+        .map(|_| {
+            let mut s = Summary::new();
+            for e in &entries[..cp.lines] {
+                s.fold(e);
+            }
+            s
+        });
+    match derived {
+        None => a.problems.push(format!(
+            "{what} claims {} records, more than the journal's {}",
+            cp.lines,
+            entries.len()
+        )),
+        Some(s) if s != cp.summary => a.problems.push(format!(
+            "{what} disagrees with the state re-derived from the journal's first {} records ({})",
+            cp.lines,
+            summary_difference(&s, &cp.summary)
+        )),
+        Some(_) => {}
+    }
+    match read_checkpoint_key(&state_of(path)) {
+        Some(key) if checkpoint_trusted(&cp, &key, bytes) => {}
+        Some(_) => a.problems.push(format!(
+            "{what} fails its authentication or its binding to the chain: it was edited outside governed-exec (admission ignores it)"
+        )),
+        None => a.problems.push(format!(
+            "{what} exists but the checkpoint key does not (admission ignores it)"
+        )),
+    }
+}
+
+fn summary_difference(derived: &Summary, claimed: &Summary) -> String {
+    let mut d = Vec::new();
+    if derived.next_seq != claimed.next_seq || derived.last_digest != claimed.last_digest {
+        d.push("chain position".to_string());
+    }
+    for (lease, n) in &derived.uses {
+        let c = claimed.uses.get(lease).copied().unwrap_or(0);
+        if c != *n {
+            d.push(format!(
+                "lease {lease}: {n} uses spent, checkpoint says {c}"
+            ));
+        }
+    }
+    for lease in claimed
+        .uses
+        .keys()
+        .filter(|l| !derived.uses.contains_key(*l))
+    {
+        d.push(format!("lease {lease}: no use spent, checkpoint says some"));
+    }
+    for id in derived
+        .open
+        .keys()
+        .filter(|k| !claimed.open.contains_key(*k))
+    {
+        d.push(format!("attempt {id} is open, the checkpoint hides it"));
+    }
+    if derived.revoked != claimed.revoked {
+        d.push("revocations differ".into());
+    }
+    if d.is_empty() {
+        d.push("open attempts differ".into());
+    }
+    d.join("; ")
 }

@@ -128,16 +128,52 @@ pub fn journal_show(state_dir: &Path, attempt: &str, json: bool) -> Result<bool,
     Ok(true)
 }
 
-/// Returns whether every chain is intact.
+/// Re-walk every chain, re-derive each Goal's state from its records,
+/// check the invariants and the checkpoint. Returns whether all is sound;
+/// a journal directory that cannot be read is not sound.
 pub fn journal_verify(state_dir: &Path) -> Result<bool, String> {
-    let results = journal::verify_all(state_dir).map_err(|e| e.to_string())?;
+    let results = match journal::verify_all(state_dir) {
+        Ok(r) => r,
+        Err(e) => {
+            println!("BROKEN  {e}");
+            return Ok(false);
+        }
+    };
     let mut ok = true;
     for (path, r) in &results {
-        match r {
-            Ok(n) => println!("ok      {} ({n} records)", path.display()),
+        let audit = r
+            .as_ref()
+            .map_err(|e| e.to_string())
+            .and_then(|_| std::fs::read(path).map_err(|e| e.to_string()))
+            .and_then(|bytes| journal::audit(path, &bytes).map_err(|e| e.to_string()));
+        match audit {
             Err(e) => {
                 ok = false;
                 println!("BROKEN  {e}");
+            }
+            Ok(a) if !a.problems.is_empty() => {
+                ok = false;
+                for p in &a.problems {
+                    println!("BROKEN  {}: {p}", path.display());
+                }
+            }
+            Ok(a) => {
+                let spent: u64 = a.summary.uses.values().sum();
+                println!(
+                    "ok      {} ({} records; re-derived: {} use(s) spent, {} unknown attempt(s) blocking{})",
+                    path.display(),
+                    a.records,
+                    spent,
+                    a.blocking.len(),
+                    if a.blocking.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", a.blocking.join(", "))
+                    }
+                );
+                for n in &a.notes {
+                    println!("note    {}: {n}", path.display());
+                }
             }
         }
     }

@@ -405,3 +405,101 @@ fn a_bad_input_refusal_on_a_fresh_state_dir_is_signed() {
         .iter()
         .any(|v| v["reason"] == "invalid_input"));
 }
+
+fn journal_verify(e: &Env) -> (i32, String) {
+    let o = output(
+        cmd()
+            .args(["journal", "verify", "--state-dir"])
+            .arg(&e.state),
+    );
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).to_string(),
+    )
+}
+
+fn checkpoint_file(e: &Env) -> PathBuf {
+    let dir = e.state.join("checkpoints");
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|f| f.path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .unwrap_or_else(|| panic!("no checkpoint in {}", dir.display()))
+}
+
+/// 18 records (a 1-use lease spent once, then 8 runs of another lease):
+/// the next open of the journal saves a checkpoint; a forged one that sets
+/// the spent use back to zero is not trusted, and `journal verify` says so.
+#[test]
+fn a_forged_checkpoint_does_not_give_back_a_spent_use() {
+    let e = Env::new();
+    let once = e.approve(&["--uses", "1"], &["true"]);
+    e.approve(&["--uses", "20"], &["echo", "x"]);
+    assert_eq!(e.run(&[], &["true"]).code, 0);
+    for _ in 0..8 {
+        assert_eq!(e.run(&[], &["echo", "x"]).code, 0);
+    }
+    // This open parses 18 records and saves the checkpoint.
+    e.run(&[], &["true"]).assert_refused("lease_exhausted");
+    let cp_path = checkpoint_file(&e);
+    let (code, out) = journal_verify(&e);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("9 use(s) spent"), "{out}");
+    let mut cp: Value = serde_json::from_slice(&std::fs::read(&cp_path).unwrap()).unwrap();
+    assert_eq!(cp["summary"]["uses"][&once], 1);
+    cp["summary"]["uses"][&once] = 0.into();
+    std::fs::write(&cp_path, serde_json::to_vec(&cp).unwrap()).unwrap();
+
+    let (code, out) = journal_verify(&e);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("BROKEN"), "{out}");
+    assert!(
+        out.contains(&format!("lease {once}: 1 uses spent, checkpoint says 0")),
+        "{out}"
+    );
+    e.run(&[], &["true"]).assert_refused("lease_exhausted");
+    // That open did not trust it, parsed the records and re-checkpointed.
+    assert_eq!(journal_verify(&e).0, 0);
+}
+
+/// A checkpoint edited to drop an unknown attempt does not unblock the Goal.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_forged_checkpoint_does_not_hide_an_unknown_attempt() {
+    let e = Env::new();
+    e.approve(&["--uses", "5"], &["true"]);
+    let r = finish_run(output(
+        e.run_cmd(&[], &["true"])
+            .env("GOVERNED_EXEC_FAULT", "cleanup_unconfirmed"),
+    ));
+    assert_eq!(r.code, 122, "{}", r.stderr);
+    // 2 records, then 16 journaled refusals; the 18th open checkpoints.
+    for _ in 0..17 {
+        e.run(&[], &["true"])
+            .assert_refused("unresolved_unknown_outcome");
+    }
+    let cp_path = checkpoint_file(&e);
+    let mut cp: Value = serde_json::from_slice(&std::fs::read(&cp_path).unwrap()).unwrap();
+    assert_eq!(cp["summary"]["open"].as_object().map(|o| o.len()), Some(1));
+    cp["summary"]["open"] = serde_json::json!({});
+    std::fs::write(&cp_path, serde_json::to_vec(&cp).unwrap()).unwrap();
+    let (code, out) = journal_verify(&e);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("the checkpoint hides it"), "{out}");
+    e.run(&[], &["true"])
+        .assert_refused("unresolved_unknown_outcome");
+}
+
+#[test]
+fn journal_verify_on_an_unreadable_journal_directory_fails() {
+    let e = Env::new();
+    std::fs::create_dir_all(&e.state).unwrap();
+    // A file where the directory should be: unreadable as a directory even
+    // for root.
+    std::fs::write(e.state.join("journal"), b"not a directory").unwrap();
+    let (code, out) = journal_verify(&e);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("BROKEN"), "{out}");
+    assert!(out.contains("journal"), "{out}");
+}
