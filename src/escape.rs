@@ -103,6 +103,35 @@ pub fn markdown_fence<'a>(lines: impl IntoIterator<Item = &'a str>) -> String {
     "`".repeat((longest + 1).max(3))
 }
 
+/// Terminal columns one character takes: 2 for East Asian wide and
+/// fullwidth characters and most emoji, 0 for combining marks, else 1. An
+/// approximation of `wcwidth` good enough to keep views inside a width.
+pub fn char_columns(c: char) -> usize {
+    match c as u32 {
+        0x0300..=0x036F | 0x200B..=0x200F | 0xFE00..=0xFE0F => 0,
+        0x1100..=0x115F
+        | 0x2E80..=0x303E
+        | 0x3041..=0x33FF
+        | 0x3400..=0x4DBF
+        | 0x4E00..=0x9FFF
+        | 0xA000..=0xA4CF
+        | 0xAC00..=0xD7A3
+        | 0xF900..=0xFAFF
+        | 0xFE30..=0xFE4F
+        | 0xFF00..=0xFF60
+        | 0xFFE0..=0xFFE6
+        | 0x1F300..=0x1F64F
+        | 0x1F900..=0x1F9FF
+        | 0x20000..=0x3FFFD => 2,
+        _ => 1,
+    }
+}
+
+/// Terminal columns of a string ([`char_columns`] summed).
+pub fn columns(s: &str) -> usize {
+    s.chars().map(char_columns).sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +160,13 @@ mod tests {
                 assert_eq!(bytes[i - 1], b'\\', "{m}");
             }
         }
+    }
+
+    #[test]
+    fn wide_characters_take_two_columns() {
+        assert_eq!(columns("abc"), 3);
+        assert_eq!(columns("日本語"), 6);
+        assert_eq!(columns("e\u{301}"), 1);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 
 use serde_json::Value;
 
-use crate::escape::{markdown_cell, markdown_fence, visible};
+use crate::escape::{char_columns, columns, markdown_cell, markdown_fence, visible};
 use crate::limits::format_ms;
 use crate::model::Criterion;
 
@@ -471,19 +471,41 @@ fn rows_of(p: &Value) -> Vec<Row> {
     rows
 }
 
-/// Break `text` into lines of at most `width` characters at spaces; a
-/// single word longer than that (a path, a digest) stays whole.
+/// A word longer than `width` columns cut into pieces that fit, except an
+/// absolute path, which stays whole so it can be copied.
+fn pieces(word: &str, width: usize) -> Vec<String> {
+    if columns(word) <= width || word.starts_with('/') || width == 0 {
+        return vec![word.to_string()];
+    }
+    let mut out = vec![String::new()];
+    let mut used = 0;
+    for c in word.chars() {
+        let w = char_columns(c);
+        if used + w > width {
+            out.push(String::new());
+            used = 0;
+        }
+        used += w;
+        if let Some(last) = out.last_mut() {
+            last.push(c);
+        }
+    }
+    out
+}
+
+/// Break `text` into lines of at most `width` columns at spaces; a word
+/// longer than that is cut, except an absolute path, which stays whole.
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut cur = String::new();
-    for word in text.split(' ') {
-        let len = cur.chars().count();
-        if len > 0 && len + 1 + word.chars().count() > width {
+    for word in text.split(' ').flat_map(|w| pieces(w, width)) {
+        let len = columns(&cur);
+        if len > 0 && len + 1 + columns(&word) > width {
             lines.push(std::mem::take(&mut cur));
         } else if len > 0 {
             cur.push(' ');
         }
-        cur.push_str(word);
+        cur.push_str(&word);
     }
     lines.push(cur);
     lines
@@ -491,10 +513,19 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 
 /// Cut one line to `width` characters, marking the cut.
 fn clip(line: &str, width: usize) -> String {
-    if line.chars().count() <= width {
+    if columns(line) <= width {
         return line.to_string();
     }
-    let mut out: String = line.chars().take(width.saturating_sub(1)).collect();
+    let mut out = String::new();
+    let mut used = 0;
+    for c in line.chars() {
+        let w = char_columns(c);
+        if used + w > width.saturating_sub(1) {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
     out.push('…');
     out
 }
@@ -698,12 +729,24 @@ mod tests {
 
     #[test]
     fn wrap_keeps_lines_within_width_except_long_words() {
-        let long = "x".repeat(150);
-        let text = format!("a b c {long} d e");
-        for l in wrap(&text, 20) {
-            assert!(l.chars().count() <= 20 || l == long, "{l}");
+        let path = format!("/{}", "x".repeat(150));
+        let text = format!("a b c {path} d e {}", "y".repeat(50));
+        let lines = wrap(&text, 20);
+        for l in &lines {
+            assert!(columns(l) <= 20 || *l == path, "{l}");
         }
+        assert!(lines.contains(&path));
+        assert_eq!(lines.concat().matches('y').count(), 50);
         assert_eq!(wrap("", 10), vec![String::new()]);
+    }
+
+    #[test]
+    fn clip_counts_columns_not_chars() {
+        let wide = "日".repeat(80);
+        let c = clip(&wide, 20);
+        assert!(columns(&c) <= 20, "{c}");
+        assert!(c.ends_with('…'));
+        assert_eq!(clip("short", 20), "short");
     }
 
     #[test]

@@ -23,7 +23,7 @@ fn show(receipt: &std::path::Path, format: Option<&str>) -> (i32, String) {
 
 /// A child that prints 30 numbered lines, then terminal escapes, a bidi
 /// override, a zero-width space, markdown table and fence breakers.
-const HOSTILE: &str = "for i in $(seq 1 30); do echo \"line $i\"; done; \
+const HOSTILE: &str = "for i in $(seq 1 30); do echo \"line $i\"; done; echo 日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日日; \
      printf 'A\\033[2J\\033]0;title\\007B\\n'; printf 'x\\342\\200\\256y\\342\\200\\213z\\n'; \
      printf '| a | b |\\n````\\n'; echo done > 'out|`x`.txt'; echo warn >&2";
 
@@ -97,9 +97,22 @@ fn text_view_says_what_happened_and_fits_a_terminal() {
     // zero-width space the capture let through.
     assert!(out.contains("x\u{FFFD}y\\u{200B}z"), "{out}");
     assert_no_unsafe_chars(&out);
+    // Terminal columns: CJK ideographs take two.
+    let columns = |l: &str| {
+        l.chars()
+            .map(|c| {
+                if ('\u{4E00}'..='\u{9FFF}').contains(&c) {
+                    2
+                } else {
+                    1
+                }
+            })
+            .sum::<usize>()
+    };
+    assert!(out.contains("| 日日"), "{out}");
     for line in out.lines() {
         assert!(
-            line.chars().count() <= 100,
+            columns(line) <= 100,
             "line longer than 100 columns: {line:?}"
         );
     }
