@@ -14,7 +14,7 @@ use crate::model::{
     EnvPolicy, IsolationRequest, LeaseBody, Limits, Profile, Request, UserSpec, LEASE_SCHEMA,
 };
 use crate::run::{new_id, read_request};
-use crate::{env, sign};
+use crate::{env, escape, sign};
 
 pub struct LimitOverrides {
     pub wall_time: Option<Duration>,
@@ -164,6 +164,7 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         &env_policy.path,
         &cwd_path,
         a.max_executable_size,
+        identity::Snapshot::HashOnly,
     )
     .map_err(|e| e.to_string())?;
 
@@ -223,13 +224,20 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         m.leases.push(sealed);
         Ok(())
     })?;
-    eprintln!("approved: lease {id} added to {}", a.manifest.display());
+    eprintln!(
+        "approved: lease {id} added to {}",
+        escape::visible(&a.manifest.display().to_string())
+    );
     Ok(id)
 }
 
 /// The plain-language approval summary.
 pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
-    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    // Every string in the summary may come from the request or the disk:
+    // `quoted` shows hidden characters (bidi overrides, zero-width, controls)
+    // as `\u{…}`, and the whole text passes through `visible_lines` at the
+    // end. The lease keeps the exact bytes.
+    let q = |s: &str| escape::quoted(s);
     let e = &b.executable;
     let mut out = String::new();
     let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<13} {v}\n"));
@@ -257,7 +265,7 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
     if let Some(i) = &e.interpreter {
         line(
             "interpreter",
-            format!("#!{i} (a script: the interpreter is not pinned by hash)"),
+            format!("#!{i} (a script: its bytes are pinned, the interpreter reads the sealed copy; the interpreter itself is opened by path, not pinned by hash)"),
         );
     }
     let argv: Vec<String> = std::iter::once(&b.request.executable)
@@ -305,5 +313,5 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         .as_user
         .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
     line("boundary", boundary_text(&b.isolation, uid));
-    format!("governed-exec: approval summary\n{out}")
+    escape::visible_lines(&format!("governed-exec: approval summary\n{out}"))
 }

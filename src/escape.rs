@@ -3,10 +3,14 @@
 //! untrusted, and must neither act on a terminal nor hide what it says.
 //!
 //! [`visible`] turns every control, bidi-formatting and invisible character
-//! into a visible `\u{XXXX}` escape (`\n`, `\t`, `\r` for the common three),
+//! into a visible `\u{202e}`-style escape (the spelling of Rust's `{:?}`;
+//! `\n`, `\t`, `\r` for the common three),
 //! so an escape sequence cannot recolour or rewrite the screen, a bidi
 //! override (Trojan Source) cannot reorder what is shown, and a zero-width
 //! character cannot make two different strings look the same.
+//! [`visible_lines`] does the same to multi-line text but keeps its line
+//! breaks, and [`quoted`] renders one string (an argv element) quoted and
+//! unambiguous. Leases, receipts and JSON output keep the exact bytes.
 //! [`markdown_cell`] additionally escapes what would break out of a GitHub
 //! table cell or be read as markup or HTML.
 
@@ -62,12 +66,40 @@ pub fn visible(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
-            c if is_unsafe(c) => {
-                let _ = write!(out, "\\u{{{:04X}}}", c as u32);
-            }
+            c if is_unsafe(c) => push_escape(&mut out, c),
             c => out.push(c),
         }
     }
+    out
+}
+
+fn push_escape(out: &mut String, c: char) {
+    let _ = write!(out, "\\u{{{:x}}}", c as u32);
+}
+
+/// [`visible`] for multi-line text (an approval summary): each line
+/// escaped, the line breaks kept.
+pub fn visible_lines(s: &str) -> String {
+    s.split('\n').map(visible).collect::<Vec<_>>().join("\n")
+}
+
+/// One string quoted so that the rendering maps back to exactly that
+/// string: `"` and `\\` are backslash-escaped too, on top of [`visible`].
+pub fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if is_unsafe(c) => push_escape(&mut out, c),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
     out
 }
 
@@ -142,10 +174,18 @@ mod tests {
         let v = visible(s);
         assert_eq!(
             v,
-            "a\\u{001B}[31mb\\u{202E}c\\u{200B}d\\u{2066}e\\u{E0041}f\\u{007F}\\n\\t\\r"
+            "a\\u{1b}[31mb\\u{202e}c\\u{200b}d\\u{2066}e\\u{e0041}f\\u{7f}\\n\\t\\r"
         );
         assert!(v.chars().all(|c| !is_unsafe(c)));
         assert_eq!(visible("plain text, ünïcödé ✓"), "plain text, ünïcödé ✓");
+    }
+
+    #[test]
+    fn lines_keep_their_breaks_and_quoted_is_unambiguous() {
+        assert_eq!(visible_lines("a\u{202e}\nb"), "a\\u{202e}\nb");
+        assert_eq!(quoted("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(quoted("x\u{202e}y\n"), "\"x\\u{202e}y\\n\"");
+        assert_ne!(quoted("\\u{202e}"), quoted("\u{202e}"));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::cli::ReceiptFormat;
 use crate::journal::{self, AttemptState, Classification, Event, Journal};
-use crate::{lease, receipt, sign, view};
+use crate::{escape, lease, receipt, sign, view};
 
 pub fn keygen(prefix: &Path) -> Result<(), String> {
     let key = sign::generate().map_err(|e| e.to_string())?;
@@ -81,7 +81,9 @@ pub fn journal_list(state_dir: &Path, json: bool) -> Result<(), String> {
             ),
             _ => "-".into(),
         };
-        println!(
+        // Ids come from goal files and manifests: shown with every hidden
+        // character escaped, so no field can disguise another.
+        let line = format!(
             "{:<26} {:<28} {:<20} {:<9} {:<20} {}",
             a.attempt_id,
             a.lease_id,
@@ -90,6 +92,7 @@ pub fn journal_list(state_dir: &Path, json: bool) -> Result<(), String> {
             outcome,
             a.started_at
         );
+        println!("{}", escape::visible(&line));
     }
     Ok(())
 }
@@ -283,6 +286,6 @@ pub fn revoke(
             by: by.to_string(),
         });
     }
-    eprintln!("revoked lease {lease_id}");
+    eprintln!("revoked lease {}", escape::visible(lease_id));
     Ok(())
 }
