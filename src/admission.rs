@@ -5,7 +5,13 @@
 //! a fingerprint recomputed from the lease's content, revocation, Goal id /
 //! revision / digest, validity window, remaining uses (from the journal),
 //! then identity — workspace, cwd and executable re-resolved and re-hashed
-//! on the very fds that `spawn` will `fchdir` into and `execveat`.
+//! on the very fds that `spawn` will `fchdir` into and `execveat` (the
+//! executable as a sealed in-memory copy of the bytes hashed).
+//!
+//! The costly part — opening and hashing — is [`prepare`]d *before* the
+//! Goal's journal lock is taken, so a slow or huge executable never holds up
+//! other runs of the Goal; [`admit`] then decides under the lock, in the
+//! order above, with the identities already in hand.
 
 use std::path::Path;
 use std::time::SystemTime;
@@ -13,7 +19,7 @@ use std::time::SystemTime;
 use ed25519_dalek::VerifyingKey;
 
 use crate::goal::LoadedGoal;
-use crate::identity::{self, OpenedDir, OpenedExecutable};
+use crate::identity::{self, OpenedDir, OpenedExecutable, Snapshot};
 use crate::journal::{AttemptState, Journal};
 use crate::lease;
 use crate::model::{Lease, Manifest, Reason, Request};
@@ -59,6 +65,22 @@ pub struct Admitted {
     pub use_number: u64,
 }
 
+/// The fds and identities of one candidate lease, opened before the lock.
+struct Opened {
+    workspace: OpenedDir,
+    cwd: OpenedDir,
+    exe: OpenedExecutable,
+}
+
+type Staged<T> = Result<T, (usize, Refusal)>;
+
+/// The exact-match candidates of a request, each with its identity opened
+/// and hashed (when its signature, goal and validity window allow it to be
+/// admitted at all).
+pub struct Prepared<'m> {
+    candidates: Vec<(&'m Lease, Option<Staged<Opened>>)>,
+}
+
 pub struct Context<'a> {
     pub manifest: &'a Manifest,
     pub goal: &'a LoadedGoal,
@@ -68,16 +90,22 @@ pub struct Context<'a> {
     pub now: SystemTime,
 }
 
-pub fn admit(ctx: &Context<'_>, selection: &Selection) -> Result<Admitted, Refusal> {
+/// Find the leases that match exactly and open their identities. Takes no
+/// lock; may take as long as hashing the executable takes.
+pub fn prepare<'m>(
+    manifest: &'m Manifest,
+    goal: &LoadedGoal,
+    trust: &VerifyingKey,
+    now: SystemTime,
+    selection: &Selection,
+) -> Result<Prepared<'m>, Refusal> {
     let candidates: Vec<&Lease> = match selection {
-        Selection::Request(req) => ctx
-            .manifest
+        Selection::Request(req) => manifest
             .leases
             .iter()
             .filter(|l| &l.body.request == req)
             .collect(),
-        Selection::LeaseId(id) => ctx
-            .manifest
+        Selection::LeaseId(id) => manifest
             .leases
             .iter()
             .filter(|l| &l.body.lease_id == id)
@@ -113,6 +141,30 @@ pub fn admit(ctx: &Context<'_>, selection: &Selection) -> Result<Admitted, Refus
         };
         return Err(Refusal::new(Reason::NoMatchingLease, what));
     }
+    let want = goal.reference();
+    let candidates = candidates
+        .into_iter()
+        .map(|lease| {
+            let could_pass = lease::signature_valid(lease, trust)
+                && lease.body.goal == want
+                && within_window(&lease.body, now);
+            (lease, could_pass.then(|| open_identity(lease)))
+        })
+        .collect();
+    Ok(Prepared { candidates })
+}
+
+fn within_window(body: &crate::model::LeaseBody, now: SystemTime) -> bool {
+    let parse_time = |s: &str| humantime::parse_rfc3339_weak(s).ok();
+    match (parse_time(&body.issued_at), parse_time(&body.expires_at)) {
+        (Some(issued), Some(expires)) => now >= issued && now < expires,
+        _ => false,
+    }
+}
+
+/// Decide, under the Goal's journal lock, which prepared candidate is
+/// admitted (or why none is).
+pub fn admit(ctx: &Context<'_>, prepared: Prepared<'_>) -> Result<Admitted, Refusal> {
     if let Some(a) = ctx
         .journal
         .open_attempts(ctx.state_dir)
@@ -129,8 +181,8 @@ pub fn admit(ctx: &Context<'_>, selection: &Selection) -> Result<Admitted, Refus
     }
     // Try every exact match; report the refusal that got furthest.
     let mut best: Option<(usize, Refusal)> = None;
-    for lease in candidates {
-        match check(ctx, lease) {
+    for (lease, opened) in prepared.candidates {
+        match check(ctx, lease, opened) {
             Ok(admitted) => return Ok(admitted),
             Err((stage, refusal)) => {
                 if best.as_ref().is_none_or(|(s, _)| stage > *s) {
@@ -144,7 +196,7 @@ pub fn admit(ctx: &Context<'_>, selection: &Selection) -> Result<Admitted, Refus
         .unwrap_or_else(|| Refusal::new(Reason::NoMatchingLease, "no lease matched")))
 }
 
-fn check(ctx: &Context<'_>, lease: &Lease) -> Result<Admitted, (usize, Refusal)> {
+fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> Staged<Admitted> {
     let body = &lease.body;
     let id = &body.lease_id;
     let refuse = |stage: usize, reason: Reason, msg: String| {
@@ -198,7 +250,36 @@ fn check(ctx: &Context<'_>, lease: &Lease) -> Result<Admitted, (usize, Refusal)>
         );
     }
 
-    // Identity, on the fds that will be used.
+    // Identity, opened and hashed before the lock, on the fds that will be used.
+    let Some(opened) = opened else {
+        // `prepare` skips only leases that an earlier check refuses.
+        return refuse(
+            0,
+            Reason::LeaseSignatureInvalid,
+            format!("lease {id}: not admissible"),
+        );
+    };
+    let Opened {
+        workspace,
+        cwd,
+        exe,
+    } = opened?;
+    Ok(Admitted {
+        lease: lease.clone(),
+        workspace,
+        cwd,
+        exe,
+        use_number: spent + 1,
+    })
+}
+
+/// Workspace, cwd and executable of a lease, opened and compared with what
+/// the lease binds; the executable copied into its sealed snapshot.
+fn open_identity(lease: &Lease) -> Staged<Opened> {
+    let body = &lease.body;
+    let refuse = |stage: usize, reason: Reason, msg: String| {
+        Err((stage, Refusal::for_lease(reason, msg, lease)))
+    };
     let workspace = identity::open_dir(Path::new(&body.workspace.path)).map_err(|e| {
         (
             5,
@@ -224,21 +305,22 @@ fn check(ctx: &Context<'_>, lease: &Lease) -> Result<Admitted, (usize, Refusal)>
         body.executable
             .size
             .max(identity::DEFAULT_MAX_EXECUTABLE_BYTES),
+        Snapshot::Take,
     )
     .map_err(|e| {
-        (
-            7,
-            Refusal::for_lease(Reason::ExecutableDrift, e.to_string(), lease),
-        )
+        let reason = match e {
+            // Not drift: this machine cannot make the copy that is executed.
+            identity::IdentityError::Snapshot { .. } => Reason::ExecFailed,
+            _ => Reason::ExecutableDrift,
+        };
+        (7, Refusal::for_lease(reason, e.to_string(), lease))
     })?;
     if let Some(d) = identity::executable_difference(&body.executable, &exe.identity) {
         return refuse(7, Reason::ExecutableDrift, d);
     }
-    Ok(Admitted {
-        lease: lease.clone(),
+    Ok(Opened {
         workspace,
         cwd,
         exe,
-        use_number: spent + 1,
     })
 }

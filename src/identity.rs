@@ -9,8 +9,8 @@
 //! use (`execveat`, `fchdir`), so no path swap fits between check and use.
 
 use std::fs::{self, File};
-use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
@@ -46,6 +46,12 @@ pub enum IdentityError {
     TooLarge { path: String, size: u64, limit: u64 },
     #[error("executable {0} changed while it was being hashed")]
     ChangedWhileHashing(String),
+    #[error("executable {path}: cannot make the sealed in-memory copy that is executed: {source}")]
+    Snapshot {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("too many symlinks resolving {0}")]
     SymlinkLoop(String),
     #[error("cwd {0:?} must be a relative path inside the workspace without `..`")]
@@ -64,6 +70,20 @@ pub enum IdentityError {
 pub struct OpenedExecutable {
     pub file: File,
     pub identity: ExecutableIdentity,
+    /// The sealed in-memory copy whose bytes were hashed (`run` only): what
+    /// is executed, so no writer of the file can change what runs.
+    pub snapshot: Option<OwnedFd>,
+    /// The file lies on a `noexec` mount: the kernel would refuse to execute
+    /// it, and its snapshot must not be a way around that.
+    pub on_noexec_mount: bool,
+}
+
+/// Whether `open_executable` only hashes the file (`approve`) or also copies
+/// it into a sealed memfd while hashing (`run`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Snapshot {
+    HashOnly,
+    Take,
 }
 
 /// An opened directory and its identity.
@@ -142,11 +162,19 @@ pub fn symlink_chain(start: &Path) -> Result<(Vec<SymlinkHop>, PathBuf), Identit
 
 /// Resolve, open and hash the executable. Used by `approve` to bind the
 /// identity and by `run` to re-check it on the fd it will exec.
+///
+/// The file is opened `O_NONBLOCK` and must be a regular file on the fd
+/// before anything is read, so a FIFO or device planted in its place fails
+/// at once instead of hanging. With [`Snapshot::Take`] the content is copied
+/// into a memfd in the same pass that hashes it, and the memfd is sealed
+/// (no write, grow, shrink or re-seal): the digest is the digest of the
+/// bytes that will be executed, whatever happens to the file afterwards.
 pub fn open_executable(
     requested: &str,
     path_env: &str,
     cwd: &Path,
     max_bytes: u64,
+    snapshot: Snapshot,
 ) -> Result<OpenedExecutable, IdentityError> {
     let located = locate(requested, path_env, cwd)?;
     let (symlink_chain, canonical) = symlink_chain(&located)?;
@@ -157,7 +185,7 @@ pub fn open_executable(
     };
     let file = fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(&canonical)
         .map_err(io_err)?;
     let before = file.metadata().map_err(io_err)?;
@@ -174,7 +202,27 @@ pub fn open_executable(
             limit: max_bytes,
         });
     }
-    let (sha256, interpreter) = hash_file(&file).map_err(io_err)?;
+    let memfd = match snapshot {
+        Snapshot::HashOnly => None,
+        Snapshot::Take => {
+            Some(
+                new_snapshot(&canonical).map_err(|source| IdentityError::Snapshot {
+                    path: shown.clone(),
+                    source,
+                })?,
+            )
+        }
+    };
+    let (sha256, interpreter) = hash_and_copy(&file, memfd.as_ref()).map_err(io_err)?;
+    let snapshot = match memfd {
+        None => None,
+        Some(m) => Some(seal_snapshot(m).map_err(|source| IdentityError::Snapshot {
+            path: shown.clone(),
+            source,
+        })?),
+    };
+    let on_noexec_mount = nix::sys::statvfs::fstatvfs(&file)
+        .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_NOEXEC));
     let after = file.metadata().map_err(io_err)?;
     let stamp = |m: &fs::Metadata| {
         (
@@ -201,12 +249,55 @@ pub fn open_executable(
         sha256,
         interpreter,
     };
-    Ok(OpenedExecutable { file, identity })
+    Ok(OpenedExecutable {
+        file,
+        identity,
+        snapshot,
+        on_noexec_mount,
+    })
+}
+
+/// An empty, sealable, executable memfd named after the file (the name is
+/// what `/proc/PID/exe` shows: `/memfd:NAME (deleted)`).
+fn new_snapshot(canonical: &Path) -> std::io::Result<File> {
+    let base = canonical
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // memfd names are at most 249 bytes; keep a readable prefix.
+    let mut name: String = base.chars().filter(|c| *c != '\0').take(64).collect();
+    if name.is_empty() {
+        name.push_str("governed-exec");
+    }
+    let cname = std::ffi::CString::new(name).unwrap_or_default();
+    Ok(File::from(sys::memfd_for_exec(&cname)?))
+}
+
+/// Seal the filled snapshot for good and hand back a read-only fd on it
+/// (re-opened through `/proc/self/fd`; the sealed read-write fd when /proc
+/// is not mounted: the seals forbid writing through it either way).
+fn seal_snapshot(memfd: File) -> std::io::Result<OwnedFd> {
+    let fd = OwnedFd::from(memfd);
+    sys::seal_for_good(&fd)?;
+    let reopened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    Ok(reopened.map(OwnedFd::from).unwrap_or(fd))
 }
 
 /// SHA-256 of the whole file read through `file` from offset 0 (positioned
 /// reads: the fd's offset is left alone), and the `#!` interpreter if any.
 pub fn hash_file(file: &File) -> std::io::Result<(String, Option<String>)> {
+    hash_and_copy(file, None)
+}
+
+/// [`hash_file`], writing every byte hashed into `copy` as well (one pass:
+/// the copy holds exactly the bytes the digest covers).
+fn hash_and_copy(
+    file: &File,
+    mut copy: Option<&File>,
+) -> std::io::Result<(String, Option<String>)> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut offset = 0u64;
@@ -222,6 +313,9 @@ pub fn hash_file(file: &File) -> std::io::Result<(String, Option<String>)> {
             first.extend_from_slice(&buf[..n.min(256)]);
         }
         hasher.update(&buf[..n]);
+        if let Some(c) = copy.as_mut() {
+            c.write_all(&buf[..n])?;
+        }
         offset += n as u64;
     }
     let interpreter = first.strip_prefix(b"#!").map(|rest| {
@@ -231,35 +325,92 @@ pub fn hash_file(file: &File) -> std::io::Result<(String, Option<String>)> {
     Ok((hex::encode(hasher.finalize()), interpreter))
 }
 
-/// SHA-256 and size of a whole file by path (products, goal files).
+/// SHA-256 and size of a whole file by path (products, goal files). The
+/// file is opened without blocking and must be a regular file.
 pub fn hash_path(path: &Path) -> std::io::Result<(u64, String)> {
-    let mut f = File::open(path)?;
+    let file = crate::safe_io::open_regular(path, true)?;
+    let (size, sha, _) = hash_and_search(file, None)?;
+    Ok((size, sha))
+}
+
+/// Stream `file` once: its size, SHA-256, and whether `needle` occurs in it
+/// (`true` when no needle is given). Memory stays bounded by the read
+/// buffer plus the needle, whatever the file's size; a match may span two
+/// reads.
+pub fn hash_and_search(
+    mut file: File,
+    needle: Option<&[u8]>,
+) -> std::io::Result<(u64, String, bool)> {
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; 256 * 1024];
     let mut total = 0u64;
+    let needle = needle.filter(|n| !n.is_empty());
+    let mut found = needle.is_none();
+    // The last `needle.len() - 1` bytes seen, for matches across reads.
+    let mut carry: Vec<u8> = Vec::new();
     loop {
-        let n = match f.read(&mut buf) {
+        let n = match file.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        hasher.update(&buf[..n]);
+        let chunk = &buf[..n];
+        hasher.update(chunk);
         total += n as u64;
+        if let (Some(nd), false) = (needle, found) {
+            let keep = nd.len() - 1;
+            let mut seam = std::mem::take(&mut carry);
+            seam.extend_from_slice(&chunk[..chunk.len().min(keep)]);
+            found = contains_bytes(&seam, nd) || contains_bytes(chunk, nd);
+            let joined_tail = if chunk.len() >= keep {
+                chunk[chunk.len() - keep..].to_vec()
+            } else {
+                seam[seam.len().saturating_sub(keep)..].to_vec()
+            };
+            carry = joined_tail;
+        }
     }
-    Ok((total, hex::encode(hasher.finalize())))
+    Ok((total, hex::encode(hasher.finalize()), found))
+}
+
+fn contains_bytes(hay: &[u8], needle: &[u8]) -> bool {
+    memchr::memmem::find(hay, needle).is_some()
+}
+
+/// A workspace file's size, SHA-256, and whether it contains a needle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileDigest {
+    pub size: u64,
+    pub sha256: String,
+    pub contains: bool,
 }
 
 /// Size and SHA-256 of `rel` inside `workspace` (canonical), or `None` when
 /// it is missing, not a regular file, or reached through a symlink that
 /// leads out of the workspace. Used for products and their read-back.
 pub fn hash_workspace_file(workspace: &Path, rel: &str) -> Option<(u64, String)> {
-    let full = workspace.join(rel);
-    let inside = fs::canonicalize(&full).is_ok_and(|c| c.starts_with(workspace));
-    fs::metadata(&full)
-        .ok()
-        .filter(|m| m.is_file() && inside)
-        .and_then(|_| hash_path(&full).ok())
+    read_workspace_file(workspace, rel, None).map(|d| (d.size, d.sha256))
+}
+
+/// [`hash_workspace_file`], also searching for `needle` in the same pass
+/// (so the search sees exactly the bytes the digest covers).
+pub fn read_workspace_file(
+    workspace: &Path,
+    rel: &str,
+    needle: Option<&[u8]>,
+) -> Option<FileDigest> {
+    let canonical = fs::canonicalize(workspace.join(rel)).ok()?;
+    if !canonical.starts_with(workspace) {
+        return None;
+    }
+    let file = crate::safe_io::open_regular(&canonical, false).ok()?;
+    let (size, sha256, contains) = hash_and_search(file, needle).ok()?;
+    Some(FileDigest {
+        size,
+        sha256,
+        contains,
+    })
 }
 
 /// Open a directory (no symlink in the last component) and read its identity

@@ -40,8 +40,10 @@ pub mod model;
 pub mod operator;
 pub mod receipt;
 pub mod run;
+pub mod safe_io;
 #[cfg(feature = "schema")]
 pub mod schema;
+pub mod scratch;
 pub mod sign;
 pub mod supervise;
 pub mod sys;
@@ -80,7 +82,10 @@ fn one_line_error(text: &str) -> String {
 }
 
 fn usage_error(msg: impl std::fmt::Display) -> i32 {
-    eprintln!("governed-exec: error: {msg}");
+    eprintln!(
+        "governed-exec: error: {}",
+        escape::visible(&msg.to_string())
+    );
     exit_code::USAGE
 }
 

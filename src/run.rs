@@ -10,7 +10,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -25,9 +25,11 @@ use crate::model::{
     Cleanup, CleanupState, Envelope, GoalRef, LeaseRef, Outcome, OutcomeClass, Profile, Reason,
     ReceiptBody, Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
 };
+use crate::safe_io::WriteTarget;
+use crate::scratch::Scratch;
 use crate::supervise::{self, Ending, RunResult, SuperviseError};
 use crate::sys::{ChildStep, SpawnSpec};
-use crate::{env, exit_code, fault, isolation, lease, receipt, sign};
+use crate::{env, escape, exit_code, fault, isolation, lease, receipt, safe_io, sign};
 
 pub struct RunArgs {
     pub goal: PathBuf,
@@ -69,7 +71,9 @@ struct Draft {
     request: Option<Request>,
     started: SystemTime,
     key: Option<SigningKey>,
-    receipt_path: Option<PathBuf>,
+    /// `--receipt PATH`, its directory pinned before any child runs (or why
+    /// it could not be).
+    receipt_target: Option<(PathBuf, std::io::Result<WriteTarget>)>,
 }
 
 impl Draft {
@@ -82,7 +86,10 @@ impl Draft {
             request: None,
             started: SystemTime::now(),
             key: None,
-            receipt_path,
+            receipt_target: receipt_path.map(|p| {
+                let t = WriteTarget::new(&p);
+                (p, t)
+            }),
         }
     }
 
@@ -135,12 +142,19 @@ impl Draft {
         let (envelope, digest) = receipt::seal(&stmt, self.key.as_ref());
         let mut text = serde_json::to_vec_pretty(&envelope).unwrap_or_default();
         text.push(b'\n');
-        match &self.receipt_path {
-            Some(p) => {
-                if let Err(e) = journal::write_durable(p, &text, 0o644) {
+        match &self.receipt_target {
+            Some((p, target)) => {
+                // Replaced through a fresh temporary and a rename in the
+                // pinned directory: a symlink, FIFO or hard link planted at
+                // the path is replaced, never followed or written through.
+                let written = match target {
+                    Ok(t) => t.replace(&text, 0o644),
+                    Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+                };
+                if let Err(e) = written {
                     eprintln!(
                         "governed-exec: cannot write receipt {}: {e}; printing it to stdout",
-                        p.display()
+                        escape::visible(&p.display().to_string())
                     );
                     let _ = std::io::stdout().write_all(&text);
                 }
@@ -154,7 +168,11 @@ impl Draft {
 
     /// A refusal before spawn: one line on stderr, a receipt, exit 125.
     fn refuse(&self, r: Refusal) -> i32 {
-        eprintln!("governed-exec: refused ({}): {}", r.reason, r.message);
+        eprintln!(
+            "governed-exec: refused ({}): {}",
+            r.reason,
+            escape::visible(&r.message)
+        );
         let mut body = self.base(not_executed(r.reason, r.message));
         if let Some(l) = &r.lease {
             body.lease = Some(LeaseRef {
@@ -264,7 +282,7 @@ pub fn read_request(src: &str) -> Result<Request, String> {
             .map_err(|e| format!("request (stdin): {e}"))?;
         ("request (stdin)".to_string(), b)
     } else {
-        let b = std::fs::read(src).map_err(|e| format!("request {src}: {e}"))?;
+        let b = safe_io::read_regular(Path::new(src)).map_err(|e| format!("request {src}: {e}"))?;
         (format!("request {src}"), b)
     };
     let r: Request = crate::model::parse_json(&what, &bytes)?;
@@ -288,38 +306,6 @@ fn check_request(r: &Request) -> Result<(), String> {
         return Err("field `cwd` contains a NUL byte".into());
     }
     Ok(())
-}
-
-/// Fresh private HOME and TMPDIR for one attempt, owned by the child's uid.
-struct Scratch {
-    root: PathBuf,
-    home: PathBuf,
-    tmp: PathBuf,
-}
-
-impl Scratch {
-    fn create(attempt_id: &str, owner: Option<(u32, u32)>) -> std::io::Result<Scratch> {
-        let root = std::env::temp_dir().join(format!("governed-exec-{attempt_id}"));
-        std::fs::DirBuilder::new().mode(0o711).create(&root)?;
-        let s = Scratch {
-            home: root.join("home"),
-            tmp: root.join("tmp"),
-            root,
-        };
-        for d in [&s.home, &s.tmp] {
-            std::fs::DirBuilder::new().mode(0o700).create(d)?;
-            if let Some((uid, gid)) = owner {
-                std::os::unix::fs::chown(d, Some(uid), Some(gid))?;
-            }
-        }
-        Ok(s)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
 }
 
 fn signing_report(key: &SigningKey, key_path: &Path, child_uid: u32) -> SigningReport {
@@ -445,6 +431,13 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         Ok(k) => k,
         Err(r) => return refuse_early(&draft, r),
     };
+    // Open and hash (into the sealed snapshot) before the Goal's journal
+    // lock: other runs of the Goal never wait for this run's I/O.
+    let now = SystemTime::now();
+    let prepared = match admission::prepare(&manifest, &goal, &trust, now, &selection) {
+        Ok(p) => p,
+        Err(r) => return refuse_early(&draft, r),
+    };
     let mut journal = match Journal::open(&state_dir, &goal.goal.id) {
         Ok(j) => j,
         Err(e) => return draft.refuse(journal_refusal(e)),
@@ -455,9 +448,9 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         trust: &trust,
         journal: &journal,
         state_dir: &state_dir,
-        now: SystemTime::now(),
+        now,
     };
-    let admitted = match admission::admit(&ctx, &selection) {
+    let admitted = match admission::admit(&ctx, prepared) {
         Ok(a) => a,
         Err(r) => {
             append_refusal(&mut journal, &r);
@@ -578,6 +571,25 @@ fn execute(
     if use_nproc_rlimit {
         rlimits.push((libc::RLIMIT_NPROC, l.max_processes));
     }
+    // The sealed copy that was hashed is what runs; it must not become a way
+    // to execute a file the kernel would refuse (a `noexec` mount).
+    if admitted.exe.on_noexec_mount {
+        return refuse_with_lease(
+            &draft,
+            Reason::ExecFailed,
+            format!(
+                "executable {} lies on a noexec mount: the kernel does not execute files there",
+                admitted.exe.identity.canonical_path
+            ),
+        );
+    }
+    let Some(exe_snapshot) = admitted.exe.snapshot.as_ref() else {
+        return refuse_with_lease(
+            &draft,
+            Reason::ExecFailed,
+            "internal: the executable was admitted without its sealed snapshot".into(),
+        );
+    };
     let devnull = match std::fs::File::open("/dev/null") {
         Ok(f) => f,
         Err(e) => {
@@ -641,7 +653,7 @@ fn execute(
 
     use std::os::fd::AsRawFd;
     let spec = SpawnSpec {
-        exe_fd: admitted.exe.file.as_raw_fd(),
+        exe_fd: exe_snapshot.as_raw_fd(),
         exe_is_script: admitted.exe.identity.interpreter.is_some(),
         cwd_fd: admitted.cwd.file.as_raw_fd(),
         stdin_fd: devnull.as_raw_fd(),
@@ -694,7 +706,7 @@ fn execute(
             } else {
                 format!("child setup failed to {step}: {err}")
             };
-            eprintln!("governed-exec: {msg}");
+            eprintln!("governed-exec: {}", escape::visible(&msg));
             receipt_body.outcome = not_executed(Reason::ExecFailed, msg);
             receipt_body.cleanup.state = CleanupState::Gone;
         }
@@ -756,20 +768,20 @@ fn execute(
     drop(scratch);
     if outcome.class != OutcomeClass::KnownNotExecuted {
         if let Some(m) = &outcome.message {
-            eprintln!("governed-exec: {}: {m}", outcome.class);
+            eprintln!("governed-exec: {}: {}", outcome.class, escape::visible(m));
         }
     }
     outcome.runner_exit_code
 }
 
-/// Write a 0600 file (no fsync).
+/// Write a new 0600 file (no fsync); never follows or reuses what is there.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     f.write_all(bytes)
 }

@@ -602,3 +602,81 @@ impl std::fmt::Display for ChildStep {
         f.write_str(s)
     }
 }
+
+/// Create `name` inside the directory `dir` as a new regular file:
+/// `O_CREAT|O_EXCL|O_NOFOLLOW`, so nothing already there (a symlink, a FIFO,
+/// a planted file) is ever opened.
+pub fn create_exclusive_at(
+    dir: &std::fs::File,
+    name: &std::ffi::OsStr,
+    mode: u32,
+) -> io::Result<std::fs::File> {
+    use nix::fcntl::OFlag;
+    let fd = nix::fcntl::openat(
+        Some(dir.as_raw_fd()),
+        name,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::from_bits_truncate(mode),
+    )?;
+    // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// `renameat` within one directory fd (replaces the entry `to`, whatever it
+/// is, without following it).
+pub fn rename_at(
+    dir: &std::fs::File,
+    from: &std::ffi::OsStr,
+    to: &std::ffi::OsStr,
+) -> io::Result<()> {
+    let d = Some(dir.as_raw_fd());
+    nix::fcntl::renameat(d, from, d, to)?;
+    Ok(())
+}
+
+/// `unlinkat` of a file entry within a directory fd.
+pub fn unlink_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> io::Result<()> {
+    nix::unistd::unlinkat(
+        Some(dir.as_raw_fd()),
+        name,
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    )?;
+    Ok(())
+}
+
+/// `MFD_EXEC` (Linux 6.3): the memfd may be executed even where the
+/// `vm.memfd_noexec` sysctl makes memfds non-executable by default.
+const MFD_EXEC: libc::c_uint = 0x0010;
+
+/// A new anonymous in-memory file that can be sealed and executed,
+/// close-on-exec. Older kernels do not know `MFD_EXEC` (EINVAL): then every
+/// memfd is executable and the flag is not needed.
+pub fn memfd_for_exec(name: &std::ffi::CStr) -> io::Result<OwnedFd> {
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    let base = MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING;
+    let with_exec = base | MemFdCreateFlag::from_bits_retain(MFD_EXEC);
+    match memfd_create(name, with_exec) {
+        Err(nix::errno::Errno::EINVAL) => Ok(memfd_create(name, base)?),
+        r => Ok(r?),
+    }
+}
+
+/// Seal a memfd for good: no write, grow or shrink, and no further seal
+/// changes. Fails (EBUSY) if a writable shared mapping of it exists.
+pub fn seal_for_good(fd: &OwnedFd) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    let seals = SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_SEAL;
+    fcntl(fd.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals))?;
+    Ok(())
+}
+
+/// The seals a memfd carries (for checks before exec).
+pub fn seals(fd: &OwnedFd) -> io::Result<libc::c_int> {
+    Ok(nix::fcntl::fcntl(
+        fd.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_GET_SEALS,
+    )?)
+}
