@@ -35,7 +35,8 @@ impl LoadedGoal {
 }
 
 pub fn load(path: &Path) -> Result<LoadedGoal, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("goal {}: {e}", path.display()))?;
+    let bytes =
+        crate::safe_io::read_regular(path).map_err(|e| format!("goal {}: {e}", path.display()))?;
     from_bytes(&format!("goal {}", path.display()), &bytes)
 }
 

@@ -819,7 +819,9 @@ impl AttemptLock {
 
 /// Whether a runner still holds the attempt's lock.
 pub fn attempt_is_live(state_dir: &Path, attempt_id: &str) -> bool {
-    let Ok(file) = File::open(attempt_lock_path(state_dir, attempt_id)) else {
+    // Never blocks: a FIFO planted at the lock's name is not a live runner.
+    let Ok(file) = crate::safe_io::open_regular(&attempt_lock_path(state_dir, attempt_id), false)
+    else {
         return false;
     };
     match Flock::lock(file, FlockArg::LockSharedNonblock) {

@@ -7,17 +7,15 @@
 //! fingerprint and signature were left untouched, and a lease written by an
 //! earlier release keeps verifying after the body struct gained fields.
 
-use std::fs::{self, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use nix::fcntl::{Flock, FlockArg};
 use sha2::{Digest, Sha256};
 
-use crate::journal::{sync_parent_dir, write_synced};
 use crate::model::{parse_json, Lease, LeaseBody, Manifest, LEASE_FORMAT, MANIFEST_SCHEMA};
-use crate::sign;
+use crate::{safe_io, sign};
 
 /// SHA-256 over the signed bytes.
 pub fn fingerprint(signed_body: &str) -> [u8; 32] {
@@ -46,7 +44,8 @@ pub fn signature_valid(lease: &Lease, trust: &VerifyingKey) -> bool {
 }
 
 pub fn load_manifest(path: &Path) -> Result<Manifest, String> {
-    let bytes = fs::read(path).map_err(|e| format!("manifest {}: {e}", path.display()))?;
+    let bytes =
+        safe_io::read_regular(path).map_err(|e| format!("manifest {}: {e}", path.display()))?;
     let m: Manifest = parse_json(&format!("manifest {}", path.display()), &bytes)?;
     if m.schema != MANIFEST_SCHEMA {
         return Err(format!(
@@ -66,18 +65,16 @@ fn lock_path(path: &Path) -> PathBuf {
 
 /// Read-modify-write the manifest under a lock file beside it, replacing it
 /// atomically (write temp, fsync, rename, fsync dir). A missing manifest is
-/// created when `create` is true.
+/// created when `create` is true. Neither the lock file nor the temporary
+/// is ever reached through a symlink or opened if it is a FIFO: the lock
+/// is opened `O_NOFOLLOW|O_NONBLOCK` and must be a regular file, and the
+/// temporary is a fresh unpredictable name created `O_EXCL|O_NOFOLLOW`.
 pub fn update_manifest<T>(
     path: &Path,
     create: bool,
     f: impl FnOnce(&mut Manifest) -> Result<T, String>,
 ) -> Result<T, String> {
-    let lock_file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(lock_path(path))
+    let lock_file = safe_io::open_lock_file(&lock_path(path))
         .map_err(|e| format!("manifest lock {}: {e}", lock_path(path).display()))?;
     let _lock = Flock::lock(lock_file, FlockArg::LockExclusive)
         .map_err(|(_, e)| format!("manifest lock {}: {e}", path.display()))?;
@@ -94,14 +91,8 @@ pub fn update_manifest<T>(
     let out = f(&mut manifest)?;
     let mut bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| e.to_string())?;
     bytes.push(b'\n');
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = path.with_file_name(tmp_name);
-    // Content first, then the rename; only the rename's directory entry
-    // needs the directory fsync (the temporary name's never matters).
-    write_synced(&tmp, &bytes, 0o644).map_err(|e| format!("manifest {}: {e}", tmp.display()))?;
-    fs::rename(&tmp, path).map_err(|e| format!("manifest {}: {e}", path.display()))?;
-    sync_parent_dir(path).map_err(|e| format!("manifest directory of {}: {e}", path.display()))?;
+    safe_io::replace_file(path, &bytes, 0o644)
+        .map_err(|e| format!("manifest {}: {e}", path.display()))?;
     Ok(out)
 }
 

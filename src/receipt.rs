@@ -79,7 +79,8 @@ pub fn seal(stmt: &Statement, key: Option<&SigningKey>) -> (Envelope, String) {
 }
 
 pub fn read_envelope(path: &Path) -> Result<Envelope, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("receipt {}: {e}", path.display()))?;
+    let bytes = crate::safe_io::read_regular(path)
+        .map_err(|e| format!("receipt {}: {e}", path.display()))?;
     parse_json(&format!("receipt {}", path.display()), &bytes)
 }
 

@@ -57,7 +57,7 @@ pub fn keyid(key: &VerifyingKey) -> String {
 }
 
 pub fn load_signing_key(path: &Path) -> Result<SigningKey, KeyError> {
-    let pem = fs::read_to_string(path).map_err(|source| KeyError::Read {
+    let pem = crate::safe_io::read_regular_string(path).map_err(|source| KeyError::Read {
         path: path.display().to_string(),
         source,
     })?;
@@ -69,7 +69,7 @@ pub fn load_signing_key(path: &Path) -> Result<SigningKey, KeyError> {
 }
 
 pub fn load_verifying_key(path: &Path) -> Result<VerifyingKey, KeyError> {
-    let pem = fs::read_to_string(path).map_err(|source| KeyError::Read {
+    let pem = crate::safe_io::read_regular_string(path).map_err(|source| KeyError::Read {
         path: path.display().to_string(),
         source,
     })?;

@@ -55,7 +55,7 @@ pub fn verify(
 ) -> Result<Verdict, String> {
     let goal = goal::load(goal_path)?;
     let trust = sign::load_verifying_key(trust_path).map_err(|e| e.to_string())?;
-    let bytes = std::fs::read(receipt_path)
+    let bytes = crate::safe_io::read_regular(receipt_path)
         .map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
     Ok(judge(&goal, &bytes, &trust, state_dir))
 }
@@ -237,7 +237,10 @@ fn check_file(
         return Some("the receipt names no workspace to read back from".into());
     };
     let must_exist = exists != Some(false);
-    let disk = identity::hash_workspace_file(ws, path);
+    // One streaming pass hashes the file and searches it: memory stays
+    // bounded whatever its size, and the search covers exactly the bytes
+    // whose digest is compared with the receipt.
+    let disk = identity::read_workspace_file(ws, path, contains.map(str::as_bytes));
     if !must_exist {
         return match (prod.exists, &disk) {
             (false, None) => None,
@@ -248,31 +251,21 @@ fn check_file(
     if !prod.exists {
         return Some("missing in the receipt's products".into());
     }
-    let Some((_, disk_sha)) = disk else {
+    let Some(disk) = disk else {
         return Some("missing on disk now (read-back)".into());
     };
-    if prod.sha256.as_deref() != Some(disk_sha.as_str()) {
+    if prod.sha256.as_deref() != Some(disk.sha256.as_str()) {
         return Some(
             "changed on disk since the run (read-back digest differs from the receipt)".into(),
         );
     }
     if let Some(want) = sha256 {
-        if !want.eq_ignore_ascii_case(&disk_sha) {
-            return Some(format!("sha256 is {disk_sha}, expected {want}"));
+        if !want.eq_ignore_ascii_case(&disk.sha256) {
+            return Some(format!("sha256 is {}, expected {want}", disk.sha256));
         }
     }
     if let Some(needle) = contains {
-        let content = std::fs::read(ws.join(path)).unwrap_or_default();
-        // Search only the bytes whose digest matched the receipt: the file
-        // may have changed between the read-back hash and this read.
-        if sign::sha256_hex(&content) != disk_sha {
-            return Some("changed on disk during the read-back".into());
-        }
-        let found = content
-            .windows(needle.len().max(1))
-            .any(|w| w == needle.as_bytes())
-            || needle.is_empty();
-        if !found {
+        if !disk.contains {
             return Some(format!("does not contain {needle:?}"));
         }
     }

@@ -8,6 +8,7 @@ mod support;
 mod ci_summary;
 mod examples;
 mod fuzz_regressions;
+mod hardening;
 mod identity_drift;
 mod interop;
 mod isolation;

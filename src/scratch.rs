@@ -1,0 +1,114 @@
+//! The child's private HOME and TMPDIR, and the sweep of those that crashed
+//! runners left behind.
+//!
+//! Each attempt gets `$TMPDIR/governed-exec-<attempt>/{home,tmp}`. The
+//! runner holds an exclusive `flock` on `<root>/.lock` (close-on-exec, so
+//! no child inherits it) for as long as the attempt lives and removes the
+//! tree when it ends. A runner killed by SIGKILL removes nothing, but the
+//! kernel drops its lock; so every `run` first sweeps sibling trees whose
+//! lock it can take — their runner is gone — and never touches one whose
+//! lock is held. A tree without a lock file is a leftover of a runner that
+//! crashed before locking (or of an older release); it is removed once it is
+//! older than a minute, beyond the microseconds between `mkdir` and lock.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use nix::fcntl::{Flock, FlockArg};
+
+/// The prefix of every attempt's scratch tree (attempt ids are `att-…`).
+pub const PREFIX: &str = "governed-exec-att-";
+const LOCK_NAME: &str = ".lock";
+const UNLOCKED_GRACE: Duration = Duration::from_secs(60);
+
+/// Fresh private HOME and TMPDIR for one attempt, owned by the child's uid.
+pub struct Scratch {
+    pub root: PathBuf,
+    pub home: PathBuf,
+    pub tmp: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Scratch {
+    pub fn create(attempt_id: &str, owner: Option<(u32, u32)>) -> std::io::Result<Scratch> {
+        let base = std::env::temp_dir();
+        sweep(&base);
+        let root = base.join(format!("governed-exec-{attempt_id}"));
+        fs::DirBuilder::new().mode(0o711).create(&root)?;
+        let locked = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(root.join(LOCK_NAME))
+            .and_then(|f| {
+                Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e.into())
+            });
+        let lock = match locked {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&root);
+                return Err(e);
+            }
+        };
+        let s = Scratch {
+            home: root.join("home"),
+            tmp: root.join("tmp"),
+            root,
+            _lock: lock,
+        };
+        for d in [&s.home, &s.tmp] {
+            fs::DirBuilder::new().mode(0o700).create(d)?;
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::chown(d, Some(uid), Some(gid))?;
+            }
+        }
+        Ok(s)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Removed while the lock is still held (fields drop after this).
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Remove the scratch trees under `base` whose runner is gone.
+pub fn sweep(base: &Path) {
+    let Ok(rd) = fs::read_dir(base) else { return };
+    for entry in rd.flatten() {
+        let is_ours = entry.file_name().to_string_lossy().starts_with(PREFIX);
+        // A real directory only (file_type does not follow symlinks).
+        if !is_ours || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let root = entry.path();
+        if runner_gone(&root) {
+            let _ = fs::remove_dir_all(&root);
+        }
+    }
+}
+
+/// Whether no live runner owns the tree: its lock can be taken, or it has
+/// no lock file and is older than the creation window.
+fn runner_gone(root: &Path) -> bool {
+    let lock_file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(root.join(LOCK_NAME));
+    match lock_file {
+        Ok(f) => {
+            f.metadata().is_ok_and(|m| m.is_file())
+                && Flock::lock(f, FlockArg::LockExclusiveNonblock).is_ok()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fs::symlink_metadata(root)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| {
+                SystemTime::now().duration_since(t).unwrap_or_default() > UNLOCKED_GRACE
+            }),
+        Err(_) => false,
+    }
+}

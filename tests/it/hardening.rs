@@ -1,0 +1,531 @@
+//! Attacks on the runner itself (issue 9, part A): a writer racing the exec,
+//! files planted where the runner reads or writes, huge products, hidden
+//! characters in what a human reads, and leftovers of a killed runner.
+
+use std::io::Write as _;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// Wait for a child at most `limit`; kill it and fail if it hangs.
+fn wait_bounded(mut child: Child, limit: Duration, what: &str) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().expect("output");
+            panic!(
+                "{what} hung for more than {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn spawn_piped(mut c: std::process::Command) -> Child {
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn governed-exec")
+}
+
+fn mkfifo(p: &Path) {
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+}
+
+/// Watch `path` with inotify and, on the first read of it by anyone,
+/// rewrite it in place (same inode: `O_TRUNC` + write) with `with`.
+/// Returns a handle telling whether the rewrite happened.
+fn rewrite_on_first_read(path: PathBuf, with: Vec<u8>) -> std::thread::JoinHandle<bool> {
+    // SAFETY: inotify_init1 takes flags only and returns a new fd or -1.
+    let raw = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
+    assert!(raw >= 0, "inotify_init1");
+    // SAFETY: `raw` is a fresh fd that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: valid fd and NUL-terminated path.
+    let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), libc::IN_ACCESS) };
+    assert!(wd >= 0, "inotify_add_watch");
+    std::thread::spawn(move || {
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, 10 s timeout.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 10_000) };
+        if ready != 1 {
+            return false;
+        }
+        let Ok(mut f) = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+        else {
+            return false;
+        };
+        f.write_all(&with).is_ok()
+    })
+}
+
+fn copy_exe(from: &str, to: &Path) {
+    std::fs::copy(from, to).expect("copy");
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+#[test]
+fn an_elf_rewritten_in_place_after_hashing_never_runs() {
+    // The attacker rewrites the approved ELF (same inode) the moment the
+    // runner reads it to hash it. Whatever wins the race, the program that
+    // runs is the approved one, or nothing runs.
+    let e = Env::new();
+    let injected = std::fs::read("/bin/echo").expect("echo");
+    let mut rewrites = 0;
+    for i in 0..3 {
+        let name = format!("tool{i}");
+        let tool = e.ws.join(&name);
+        copy_exe("/bin/true", &tool);
+        let cmd = [format!("./{name}"), "INJECTED".to_string()];
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        e.approve(&[], &cmd);
+        let watcher = rewrite_on_first_read(tool.clone(), injected.clone());
+        let r = e.run(&[], &cmd);
+        rewrites += usize::from(watcher.join().expect("watcher"));
+        assert!(
+            !r.stdout_text().contains("INJECTED"),
+            "the rewritten program ran under the approved hash: {}",
+            r.stdout_text()
+        );
+        if r.code != 125 {
+            assert_eq!((r.code, r.class()), (0, "exited"), "stderr: {}", r.stderr);
+            let sha = r.predicate()["command"]["sha256"].as_str().unwrap_or("");
+            let approved = sha256_file("/bin/true");
+            assert_eq!(sha, approved);
+        } else {
+            r.assert_refused("executable_drift");
+        }
+    }
+    assert!(rewrites > 0, "the watcher never rewrote the file");
+}
+
+fn sha256_file(p: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(std::fs::read(p).expect("read")))
+}
+
+#[test]
+fn a_script_rewritten_in_place_while_its_interpreter_reads_it_runs_the_approved_lines() {
+    // bash reads a script as it goes; the script's first command rewrites
+    // the file in place (same inode, same length) so that its next line
+    // would print INJECTED. The interpreter reads the sealed copy that was
+    // hashed, so the approved line runs.
+    let e = Env::new();
+    let path = e.ws.join("tool.sh");
+    let original = |word: &str| {
+        format!(
+            "#!/bin/bash\nprintf '%s' \"$(sed 's/ORIGINAL/INJECTED/' {p})\" > {p}; :\necho {word}\n",
+            p = path.display()
+        )
+    };
+    e.write_script("tool.sh", &original("ORIGINAL"));
+    e.approve(&[], &["./tool.sh"]);
+    let r = e.run(&[], &["./tool.sh"]);
+    assert_eq!(r.code, 0, "stderr: {}", r.stderr);
+    // The attack did happen on disk...
+    assert!(std::fs::read_to_string(&path)
+        .expect("read")
+        .contains("echo INJECTED"));
+    // ...and did not reach the interpreter.
+    assert_eq!(r.stdout_text().trim(), "ORIGINAL", "stderr: {}", r.stderr);
+}
+
+#[test]
+fn argv0_is_the_requested_string_and_the_program_runs_from_its_sealed_copy() {
+    let e = Env::new();
+    let cmd = [
+        "sh",
+        "-c",
+        "tr '\\0' '\\n' < /proc/$$/cmdline | head -1; readlink /proc/$$/exe",
+    ];
+    e.approve(&[], &cmd);
+    let r = e.run(&[], &cmd);
+    assert_eq!(r.code, 0, "stderr: {}", r.stderr);
+    let lines: Vec<&str> = r.stdout_text().lines().collect();
+    assert_eq!(lines.first(), Some(&"sh"));
+    assert!(
+        lines.get(1).is_some_and(|l| l.starts_with("/memfd:")),
+        "exe: {lines:?}"
+    );
+}
+
+#[test]
+fn an_executable_on_a_noexec_mount_is_not_run_from_its_copy() {
+    if !is_root() {
+        skip!("mounting a noexec tmpfs needs root");
+        return;
+    }
+    let e = Env::new();
+    let mnt = e.ws.join("mnt");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "noexec,size=1m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        skip!("cannot mount a tmpfs here");
+        return;
+    }
+    copy_exe("/bin/true", &mnt.join("t"));
+    e.approve(&[], &["./mnt/t"]);
+    let r = e.run(&[], &["./mnt/t"]);
+    let _ = std::process::Command::new("umount").arg(&mnt).status();
+    r.assert_refused("exec_failed");
+    assert!(r.stderr.contains("noexec"), "stderr: {}", r.stderr);
+}
+
+#[test]
+fn an_executable_replaced_by_a_fifo_hangs_neither_run_nor_approve() {
+    let e = Env::new();
+    e.write_script("tool.sh", "#!/bin/sh\necho hi\n");
+    e.approve(&["--uses", "3"], &["./tool.sh"]);
+    let p = e.ws.join("tool.sh");
+    std::fs::remove_file(&p).expect("rm");
+    mkfifo(&p);
+    let o = wait_bounded(
+        spawn_piped(e.run_cmd(&[], &["./tool.sh"])),
+        Duration::from_secs(20),
+        "run of a FIFO executable",
+    );
+    finish_run(o).assert_refused("executable_drift");
+    // A second run of the same goal is not held up by the first.
+    let o = wait_bounded(
+        spawn_piped(e.run_cmd(&[], &["./tool.sh"])),
+        Duration::from_secs(20),
+        "second run",
+    );
+    finish_run(o).assert_refused("executable_drift");
+    let o = wait_bounded(
+        spawn_piped(e.approve_cmd(&[], &["./tool.sh"])),
+        Duration::from_secs(20),
+        "approve of a FIFO executable",
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("tool.sh"));
+}
+
+#[test]
+fn receipt_path_symlink_planted_by_the_child_is_replaced_not_followed() {
+    let e = Env::new();
+    let victim = e.path("victim.txt");
+    std::fs::write(&victim, "precious\n").expect("victim");
+    let receipt = e.ws.join("receipt.json");
+    let plant = format!("ln -s {} {}", victim.display(), receipt.display());
+    let cmd = ["sh", "-c", plant.as_str()];
+    e.approve(&[], &cmd);
+    let r = e.run(&["--receipt", receipt.to_str().expect("utf8")], &cmd);
+    assert_eq!(r.code, 0, "stderr: {}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
+    let meta = std::fs::symlink_metadata(&receipt).expect("receipt");
+    assert!(meta.is_file(), "the receipt path is not a regular file now");
+    let stmt = decode_envelope(&std::fs::read(&receipt).expect("read"));
+    assert_eq!(stmt["predicate"]["outcome"]["class"], "exited");
+}
+
+#[test]
+fn receipt_path_fifo_does_not_block_the_runner() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let receipt = e.path("receipt.json");
+    mkfifo(&receipt);
+    let o = wait_bounded(
+        spawn_piped(e.run_cmd(&["--receipt", receipt.to_str().expect("utf8")], &["true"])),
+        Duration::from_secs(20),
+        "run with a FIFO at --receipt",
+    );
+    assert_eq!(o.status.code(), Some(0));
+    assert!(std::fs::symlink_metadata(&receipt)
+        .expect("receipt")
+        .is_file());
+    assert!(!std::fs::symlink_metadata(&receipt)
+        .expect("receipt")
+        .file_type()
+        .is_fifo());
+}
+
+#[test]
+fn receipt_directory_swapped_by_the_child_does_not_redirect_the_write() {
+    let e = Env::new();
+    let out = e.ws.join("out");
+    std::fs::create_dir(&out).expect("out");
+    let elsewhere = e.path("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("elsewhere");
+    let swap = format!(
+        "mv {o} {o}.old && ln -s {x} {o}",
+        o = out.display(),
+        x = elsewhere.display()
+    );
+    let cmd = ["sh", "-c", swap.as_str()];
+    e.approve(&[], &cmd);
+    let receipt = out.join("receipt.json");
+    let r = e.run(&["--receipt", receipt.to_str().expect("utf8")], &cmd);
+    assert_eq!(r.code, 0, "stderr: {}", r.stderr);
+    assert!(
+        !elsewhere.join("receipt.json").exists(),
+        "the receipt followed the child's symlink"
+    );
+    assert!(e.ws.join("out.old/receipt.json").is_file());
+}
+
+#[test]
+fn approve_and_revoke_never_follow_symlinks_at_the_manifest_temp_and_lock() {
+    let e = Env::new();
+    let victim = e.path("victim.txt");
+    std::fs::write(&victim, "precious\n").expect("victim");
+    let tmp = PathBuf::from(format!("{}.tmp", e.manifest.display()));
+    std::os::unix::fs::symlink(&victim, &tmp).expect("symlink tmp");
+    let id = e.approve(&[], &["true"]);
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious\n"
+    );
+    assert!(std::fs::symlink_metadata(&e.manifest)
+        .expect("manifest")
+        .is_file());
+
+    // A symlink at the lock: refused, nothing created or written there.
+    let lock = PathBuf::from(format!("{}.lock", e.manifest.display()));
+    std::fs::remove_file(&lock).expect("rm lock");
+    let target = e.path("created-through-lock");
+    std::os::unix::fs::symlink(&target, &lock).expect("symlink lock");
+    let o = output(&mut e.approve_cmd(&[], &["false"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("lock"));
+    let o = output(
+        cmd()
+            .arg("revoke")
+            .arg("--manifest")
+            .arg(&e.manifest)
+            .arg("--lease")
+            .arg(&id)
+            .arg("--by")
+            .arg("t")
+            .arg("--state-dir")
+            .arg(&e.state),
+    );
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        !target.exists(),
+        "a file was created through the lock symlink"
+    );
+
+    // A FIFO at the lock fails at once instead of hanging.
+    std::fs::remove_file(&lock).expect("rm lock");
+    mkfifo(&lock);
+    let o = wait_bounded(
+        spawn_piped(e.approve_cmd(&[], &["false"])),
+        Duration::from_secs(20),
+        "approve with a FIFO lock",
+    );
+    assert_eq!(o.status.code(), Some(2));
+}
+
+/// Run `c` and return its exit code, its peak RSS in KiB and its stdout.
+/// The peak is `VmHWM` of the process's own address space, sampled until
+/// it exits (monotonic, so the last sample is the peak up to then); wait4's
+/// `ru_maxrss` would include the forking test process's memory.
+fn run_measuring_rss(mut c: std::process::Command) -> (i32, u64, String) {
+    let mut child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let status_path = format!("/proc/{}/status", child.id());
+    let mut stdout = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        text
+    });
+    let mut peak = 0u64;
+    let status = loop {
+        let hwm = std::fs::read_to_string(&status_path)
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+            .unwrap_or(0);
+        peak = peak.max(hwm);
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let text = reader.join().expect("reader");
+    (status.code().unwrap_or(-1), peak, text)
+}
+
+#[test]
+fn verify_contains_streams_a_huge_product_in_bounded_memory() {
+    let e = Env::new();
+    e.set_goal(
+        r#"{ "schema": "governed-exec/goal/v1", "id": "big", "revision": 1,
+  "criteria": [ { "kind": "exit_code", "equals": 0 },
+                { "kind": "file", "path": "big.bin", "contains": "NEEDLE" } ] }"#,
+    );
+    // 1 GiB of holes, with the needle at the very end, its first bytes in
+    // one read and the rest in the next.
+    let cmd = [
+        "sh",
+        "-c",
+        "truncate -s 1073741821 big.bin && printf NEEDLE >> big.bin",
+    ];
+    e.approve(&[], &cmd);
+    let (r, receipt) = {
+        let r = e.run(&[], &cmd);
+        let p = e.path("r.json");
+        std::fs::write(&p, &r.stdout).expect("save");
+        (r, p)
+    };
+    assert_eq!(r.code, 0, "stderr: {}", r.stderr);
+    let (code, rss_kib, out) = run_measuring_rss(e.verify_cmd(&receipt, &e.runner_pub()));
+    assert_eq!(
+        (code, out.lines().next()),
+        (0, Some("VERIFIED_DONE")),
+        "{out}"
+    );
+    assert!(
+        rss_kib < 64 * 1024,
+        "verify used {rss_kib} KiB of RSS for a 1 GiB product"
+    );
+}
+
+#[test]
+fn hidden_characters_are_escaped_in_the_summary_but_kept_in_the_lease() {
+    let e = Env::new();
+    // An argument that displays as "gnp.exe" reversed: U+202E flips it.
+    let sneaky = "safe\u{202e}fdp.exe";
+    let o = output(&mut e.approve_cmd(&[], &["echo", sneaky, "zero\u{200b}width"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = String::from_utf8_lossy(&o.stderr);
+    assert!(!summary.contains('\u{202e}') && !summary.contains('\u{200b}'));
+    assert!(summary.contains(r#""safe\u{202e}fdp.exe""#), "{summary}");
+    assert!(summary.contains(r"zero\u{200b}width"), "{summary}");
+    let manifest = std::fs::read_to_string(&e.manifest).expect("manifest");
+    assert!(manifest.contains(sneaky), "the lease lost the exact bytes");
+    let r = e.run(&[], &["echo", sneaky, "zero\u{200b}width"]);
+    assert_eq!(
+        r.code, 0,
+        "the exact request no longer matches: {}",
+        r.stderr
+    );
+}
+
+#[test]
+fn hidden_characters_are_escaped_in_journal_list_and_verify_and_errors() {
+    let e = Env::new();
+    e.set_goal(
+        "{ \"schema\": \"governed-exec/goal/v1\", \"id\": \"g\u{2066}x\", \"revision\": 1,
+  \"criteria\": [ { \"kind\": \"file\", \"path\": \"a\u{202e}b\", \"exists\": true } ] }",
+    );
+    e.approve(&[], &["true"]);
+    let (_, receipt) = e.run_to_file("r.json", &["true"]);
+    let o = output(
+        cmd()
+            .arg("journal")
+            .arg("--state-dir")
+            .arg(&e.state)
+            .arg("list"),
+    );
+    let list = String::from_utf8_lossy(&o.stdout);
+    assert!(list.contains(r"g\u{2066}x@1"), "{list}");
+    assert!(!list.contains('\u{2066}'));
+    let o = output(e.verify_cmd(&receipt, &e.runner_pub()));
+    let v = String::from_utf8_lossy(&o.stdout);
+    assert!(v.starts_with("NOT_VERIFIED"), "{v}");
+    assert!(!v.contains('\u{202e}'), "{v}");
+    assert!(v.contains(r"\u{202e}"), "{v}");
+    // A refusal's message on stderr.
+    let r = e.run(&[], &["no\u{202e}such"]);
+    r.assert_refused("no_matching_lease");
+    assert!(!r.stderr.contains('\u{202e}'), "{}", r.stderr);
+}
+
+fn scratch_dirs(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("governed-exec-att-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_later_run_sweeps_what_a_killed_runner_left_but_never_a_live_run() {
+    let e = Env::new();
+    let tmp = e.path("tmp");
+    std::fs::create_dir(&tmp).expect("tmp");
+    e.approve(&[], &["sleep", "30"]);
+    // The killed run's attempt is `unknown` and blocks its Goal in its state
+    // dir; the later runs belong to another state dir sharing the TMPDIR.
+    let e2 = Env::new();
+    e2.approve(&[], &["sleep", "30"]);
+    e2.approve(&[], &["true"]);
+
+    // A runner killed by SIGKILL mid-run leaves its HOME/TMPDIR behind.
+    let mut c = e.run_cmd(&[], &["sleep", "30"]);
+    c.env("TMPDIR", &tmp);
+    let mut victim = spawn_piped(c);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while scratch_dirs(&tmp).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    victim.kill().expect("SIGKILL the runner");
+    let _ = victim.wait();
+    let left = scratch_dirs(&tmp);
+    assert_eq!(left.len(), 1, "{left:?}");
+
+    // The next run sweeps it as it starts.
+    let mut live = e2.run_cmd(&[], &["sleep", "30"]);
+    live.env("TMPDIR", &tmp);
+    let mut live = spawn_piped(live);
+    let fresh = |now: &[String]| now.iter().any(|d| !left.contains(d));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !fresh(&scratch_dirs(&tmp)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let now = scratch_dirs(&tmp);
+    assert!(
+        !now.contains(&left[0]),
+        "the dead runner's tree is still there"
+    );
+    assert_eq!(now.len(), 1, "{now:?}");
+
+    // A live run's tree (its runner holds the lock) is never swept.
+    let mut c = e2.run_cmd(&[], &["true"]);
+    c.env("TMPDIR", &tmp);
+    let r = finish_run(output(c));
+    assert_eq!(r.code, 0, "stderr: {}", r.stderr);
+    assert_eq!(scratch_dirs(&tmp), now, "a live run's tree was swept");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(live.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = live.wait();
+}
