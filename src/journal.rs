@@ -409,9 +409,12 @@ impl Journal {
             .append(true)
             .create(true)
             .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
+            // A FIFO or symlink planted at the journal's name is an error,
+            // never a hang or a write elsewhere.
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
             .map_err(unavailable(&path))?;
+        crate::safe_io::require_regular(&file).map_err(unavailable(&path))?;
         let mut file = Flock::lock(file, FlockArg::LockExclusive)
             .map_err(|(_, e)| unavailable(&path)(e.into()))?;
         let mut bytes = Vec::new();

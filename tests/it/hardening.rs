@@ -529,3 +529,20 @@ fn a_later_run_sweeps_what_a_killed_runner_left_but_never_a_live_run() {
     );
     let _ = live.wait();
 }
+
+#[test]
+fn a_fifo_planted_at_the_goals_journal_is_refused_not_waited_on() {
+    use sha2::Digest as _;
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let dir = e.state.join("journal");
+    std::fs::create_dir_all(&dir).expect("journal dir");
+    let name = &hex::encode(sha2::Sha256::digest(b"t"))[..32];
+    mkfifo(&dir.join(format!("{name}.jsonl")));
+    let o = wait_bounded(
+        spawn_piped(e.run_cmd(&[], &["true"])),
+        Duration::from_secs(20),
+        "run with a FIFO journal",
+    );
+    finish_run(o).assert_refused("journal_unavailable");
+}
