@@ -112,7 +112,7 @@ pub fn prepare<'m>(
             .collect(),
     };
     if candidates.is_empty() {
-        if let Some(f) = ctx.manifest.foreign.iter().find(|f| match selection {
+        if let Some(f) = manifest.foreign.iter().find(|f| match selection {
             Selection::Request(req) => {
                 f.request.is_some() && f.request == serde_json::to_value(req).ok()
             }

@@ -576,6 +576,7 @@ fn execute(
     if admitted.exe.on_noexec_mount {
         return refuse_with_lease(
             &draft,
+            &mut journal,
             Reason::ExecFailed,
             format!(
                 "executable {} lies on a noexec mount: the kernel does not execute files there",
@@ -586,6 +587,7 @@ fn execute(
     let Some(exe_snapshot) = admitted.exe.snapshot.as_ref() else {
         return refuse_with_lease(
             &draft,
+            &mut journal,
             Reason::ExecFailed,
             "internal: the executable was admitted without its sealed snapshot".into(),
         );

@@ -41,10 +41,14 @@ fn mkfifo(p: &Path) {
     nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
 }
 
-/// Watch `path` with inotify and, on the first read of it by anyone,
-/// rewrite it in place (same inode: `O_TRUNC` + write) with `with`.
+/// Watch `path` with inotify and, `delay` after the first read of it by
+/// anyone, rewrite it in place (same inode: `O_TRUNC` + write) with `with`.
 /// Returns a handle telling whether the rewrite happened.
-fn rewrite_on_first_read(path: PathBuf, with: Vec<u8>) -> std::thread::JoinHandle<bool> {
+fn rewrite_on_first_read(
+    path: PathBuf,
+    with: Vec<u8>,
+    delay: Duration,
+) -> std::thread::JoinHandle<bool> {
     // SAFETY: inotify_init1 takes flags only and returns a new fd or -1.
     let raw = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
     assert!(raw >= 0, "inotify_init1");
@@ -65,6 +69,7 @@ fn rewrite_on_first_read(path: PathBuf, with: Vec<u8>) -> std::thread::JoinHandl
         if ready != 1 {
             return false;
         }
+        std::thread::sleep(delay);
         let Ok(mut f) = std::fs::OpenOptions::new()
             .write(true)
             .truncate(true)
@@ -89,14 +94,20 @@ fn an_elf_rewritten_in_place_after_hashing_never_runs() {
     let e = Env::new();
     let injected = std::fs::read("/bin/echo").expect("echo");
     let mut rewrites = 0;
-    for i in 0..3 {
+    // Rewrite at once, and a little later (after the post-hash fstat, while
+    // the runner journals the use and forks): some delay lands in the window.
+    for (i, delay_us) in [0u64, 500, 1500, 3000, 6000].into_iter().enumerate() {
         let name = format!("tool{i}");
         let tool = e.ws.join(&name);
         copy_exe("/bin/true", &tool);
         let cmd = [format!("./{name}"), "INJECTED".to_string()];
         let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
         e.approve(&[], &cmd);
-        let watcher = rewrite_on_first_read(tool.clone(), injected.clone());
+        let watcher = rewrite_on_first_read(
+            tool.clone(),
+            injected.clone(),
+            Duration::from_micros(delay_us),
+        );
         let r = e.run(&[], &cmd);
         rewrites += usize::from(watcher.join().expect("watcher"));
         assert!(

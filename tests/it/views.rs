@@ -95,7 +95,7 @@ fn text_view_says_what_happened_and_fits_a_terminal() {
     );
     // The capture already replaced the bidi override; the view escapes the
     // zero-width space the capture let through.
-    assert!(out.contains("x\u{FFFD}y\\u{200B}z"), "{out}");
+    assert!(out.contains("x\u{FFFD}y\\u{200b}z"), "{out}");
     assert_no_unsafe_chars(&out);
     // Terminal columns: CJK ideographs take two.
     let columns = |l: &str| {
