@@ -192,6 +192,39 @@ impl RunCgroups {
         out
     }
 
+    /// The witnesses these groups give cleanup.
+    pub fn witnesses(&self) -> Vec<&'static str> {
+        let mut w = Vec::new();
+        if self.track.is_some() {
+            w.push("cgroup_v2");
+        }
+        if self.pids.is_some() {
+            w.push("pids_cgroup_v1");
+        }
+        w
+    }
+
+    /// Could a child of `uid` move itself out of the pids group? Moving
+    /// needs write access to `cgroup.procs`/`tasks` above the group, which
+    /// uid 0 has by owning them (no capability needed) unless cgroupfs is
+    /// covered in its mount namespace (`covered`); another uid only where
+    /// the hierarchy was delegated to it.
+    pub fn leavable_by(&self, uid: u32, covered: bool) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Some(g) = self.pids.as_ref().or(self.track.as_ref()) else {
+            return false;
+        };
+        if uid == 0 {
+            return !covered;
+        }
+        let Some(parent) = g.dir.parent() else {
+            return true;
+        };
+        ["cgroup.procs", "tasks"]
+            .iter()
+            .any(|f| fs::metadata(parent.join(f)).is_ok_and(|m| m.uid() == uid))
+    }
+
     /// How `max_processes` is enforced by a cgroup, if it is.
     pub fn process_limit(&self) -> Option<&'static str> {
         self.pids_kind

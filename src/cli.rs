@@ -50,6 +50,10 @@ pub enum Command {
         /// job summary. The first line is always the verdict.
         #[arg(long, value_enum)]
         format: Option<VerifyFormat>,
+        /// Accept a receipt whose runner key was within the child's reach
+        /// (such a receipt proves nothing against the child it describes).
+        #[arg(long)]
+        allow_key_in_reach: bool,
     },
     /// Inspect the journal of attempts.
     Journal {

@@ -8,7 +8,10 @@
 //! the rights to create a PID namespace (which `spawn` does with `clone`)
 //! and to switch uid are checked.
 
+use std::ffi::CString;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -19,19 +22,47 @@ use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{getegid, geteuid};
 
 use crate::model::{IsolationReport, IsolationRequest};
-use crate::sys::{self, ChildCreds};
+use crate::reach;
+use crate::sys::{self, ChildCreds, MountPlan};
 
 pub struct Prepared {
     pub creds: Option<ChildCreds>,
     pub landlock_fd: Option<OwnedFd>,
     pub report: IsolationReport,
+    /// The child's own mount namespace (a root runner under isolation).
+    pub mounts: Option<MountPlan>,
+    /// A uid-0 child under isolation keeps only these capabilities.
+    pub root_caps_keep: Option<u64>,
+    /// Whether the mount namespace covers every path of the runner key:
+    /// `Ok(how)` or `Err(why not)`; `None` without a mount namespace.
+    pub key_covered: Option<Result<String, String>>,
+    /// A non-root runner under isolation: the Landlock ruleset that denies
+    /// the child its key and state dir.
+    pub landlock_guard_fd: Option<OwnedFd>,
+    /// Whether that ruleset covers every path of the key (as `key_covered`).
+    pub key_landlocked: Option<Result<String, String>>,
+}
+
+/// What the runner must keep from the child: its key and its state dir.
+pub struct Protect<'a> {
+    pub key: &'a Path,
+    pub state_dir: &'a Path,
+}
+
+fn any_isolation(req: &IsolationRequest) -> bool {
+    req.as_user.is_some() || req.fs_write.is_some() || req.no_network || req.pid_namespace
 }
 
 pub fn boundary_text(req: &IsolationRequest, uid: u32) -> String {
     let mut parts = Vec::new();
-    let sandboxed =
-        req.as_user.is_some() || req.fs_write.is_some() || req.no_network || req.pid_namespace;
-    if sandboxed {
+    let sandboxed = any_isolation(req);
+    if sandboxed && uid == 0 && req.as_user.is_none() {
+        parts.push(format!(
+            "runs as uid 0 but keeps only {} of root's capabilities, in its own mount namespace where the runner's key and state dir, cgroupfs and the host's device nodes are covered and /proc/sys is read-only; it can still read and write every file uid 0 owns{}",
+            reach::root_keep_names().join(", "),
+            if req.fs_write.is_some() { " within the write scope below" } else { ", and so change what the host runs later" }
+        ));
+    } else if sandboxed {
         parts.push(format!(
             "runs as uid {uid}; this is an OS sandbox only in the ways listed here, and otherwise the process may do whatever uid {uid} can"
         ));
@@ -64,7 +95,7 @@ pub fn boundary_text(req: &IsolationRequest, uid: u32) -> String {
     });
     if req.pid_namespace {
         parts.push(
-            "it is PID 1 of its own PID namespace and cannot see or signal host processes by pid"
+            "it is PID 1 of its own PID namespace with a fresh /proc that shows only that namespace; it cannot see or signal host processes by pid"
                 .into(),
         );
     }
@@ -77,7 +108,11 @@ fn unavailable(what: &str, why: impl std::fmt::Display) -> String {
 
 /// Check and set up everything the lease asks for; `writable` are the
 /// directories always writable under a Landlock scope (workspace, HOME, TMPDIR).
-pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared, String> {
+pub fn prepare(
+    req: &IsolationRequest,
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+) -> Result<Prepared, String> {
     let euid = geteuid().as_raw();
     let creds = match req.as_user {
         Some(u) if euid != 0 => {
@@ -130,18 +165,48 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
             "creating a PID namespace needs CAP_SYS_ADMIN, which governed-exec does not hold",
         ));
     }
+    // A root runner under isolation gives the child its own mount namespace
+    // (the child is root until it drops to --as-user, and a uid-0 child stays
+    // root): the runner's key and state dir, cgroupfs and host devices are
+    // covered there, /proc is fresh in a PID namespace.
+    let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
+        let (plan, covered) = mount_plan(req, writable, protect)
+            .map_err(|e| unavailable("isolation for a root child", e))?;
+        (Some(plan), Some(covered))
+    } else {
+        (None, None)
+    };
+    let root_caps_keep =
+        (euid == 0 && creds.is_none() && any_isolation(req)).then(reach::root_keep_mask);
+    // A non-root runner under isolation: a child of its own uid is kept from
+    // the key and the state dir by Landlock (which also forbids it to ptrace
+    // the runner, outside its domain).
+    let (landlock_guard_fd, key_landlocked) = if euid != 0 && any_isolation(req) {
+        match sys::landlock_abi_version() {
+            None => (
+                None,
+                Some(Err(
+                    "the kernel offers no Landlock to deny the child the key".to_string(),
+                )),
+            ),
+            Some(abi) => match guard_ruleset(abi, writable, protect) {
+                Ok((fd, how)) => (Some(fd), Some(Ok(how))),
+                Err(why) => (None, Some(Err(why))),
+            },
+        }
+    } else {
+        (None, None)
+    };
+
     let report = IsolationReport {
         boundary: boundary_text(req, child_uid),
-        os_sandbox: req.as_user.is_some()
-            || req.fs_write.is_some()
-            || req.no_network
-            || req.pid_namespace,
+        os_sandbox: any_isolation(req),
         uid: child_uid,
         gid: child_gid,
         no_new_privs: true,
         inherited_fds_closed: true,
         parent_death_signal: true,
-        capabilities_dropped: creds.is_some(),
+        capabilities_dropped: creds.is_some() || root_caps_keep.is_some(),
         landlock_abi,
         landlock_writable,
         landlock_readable: req.fs_read.clone().unwrap_or_default(),
@@ -149,13 +214,185 @@ pub fn prepare(req: &IsolationRequest, writable: &[PathBuf]) -> Result<Prepared,
         pid_namespace: req.pid_namespace,
         // Replaced by the pids cgroup's kind when `run` gets one.
         process_limit: "rlimit_nproc (counts every process of the uid)".into(),
+        process_limit_evadable: false,
+        capabilities_kept: if creds.is_some() {
+            Some(vec![])
+        } else {
+            root_caps_keep.map(|_| reach::root_keep_names())
+        },
+        mount_namespace: mounts.is_some(),
+        proc_remounted: mounts.as_ref().is_some_and(|m| m.fresh_proc),
         kernel_view: None,
     };
     Ok(Prepared {
         creds,
         landlock_fd,
         report,
+        mounts,
+        root_caps_keep,
+        key_covered,
+        landlock_guard_fd,
+        key_landlocked,
     })
+}
+
+/// A ruleset that handles every filesystem right and grants all of them
+/// everywhere except beneath the runner's key and state dir (and every alias
+/// path of them): each directory above a protected path gets only
+/// `READ_DIR`, each of its other entries everything. So the child can
+/// neither read, replace nor delete the key or anything in the state dir,
+/// and cannot create new entries directly in the directories above them.
+fn guard_ruleset(
+    abi: i64,
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+) -> Result<(OwnedFd, String), String> {
+    let mounts = reach::mounts();
+    let key_paths = reach::aliases(protect.key, &mounts)
+        .map_err(|e| format!("runner key {}: {e}", protect.key.display()))?;
+    let nlink = std::fs::metadata(protect.key).map_or(0, |m| m.nlink());
+    if nlink != 1 {
+        return Err(format!(
+            "the key file has {nlink} hard links; Landlock covers paths, not the inode"
+        ));
+    }
+    let mut protected = key_paths.clone();
+    if let Ok(a) = reach::aliases(protect.state_dir, &mounts) {
+        protected.extend(a);
+    }
+    for w in writable {
+        if protected
+            .iter()
+            .any(|p| w.starts_with(p) || p.starts_with(w))
+        {
+            return Err(format!(
+                "{} and the runner's key or state dir contain one another",
+                w.display()
+            ));
+        }
+    }
+    let ancestors: std::collections::HashSet<PathBuf> = protected
+        .iter()
+        .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf))
+        .collect();
+    let abi_v = ABI::from(abi as i32);
+    let all = AccessFs::from_all(abi_v);
+    let mut created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(|e| e.to_string())?
+        .create()
+        .map_err(|e| e.to_string())?;
+    let mut rules = 0usize;
+    let mut stack = vec![PathBuf::from("/")];
+    while let Some(dir) = stack.pop() {
+        let fd = PathFd::new(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        created = created
+            .add_rule(PathBeneath::new(fd, AccessFs::ReadDir))
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in rd.flatten() {
+            let p = entry.path();
+            if protected.contains(&p) {
+                continue;
+            }
+            if ancestors.contains(&p) {
+                stack.push(p);
+                continue;
+            }
+            let Ok(ft) = entry.file_type() else { continue };
+            if ft.is_symlink() {
+                // Resolved at use, and checked where it points.
+                continue;
+            }
+            let access = if ft.is_dir() {
+                all
+            } else {
+                all & AccessFs::from_file(abi_v)
+            };
+            let Ok(fd) = PathFd::new(&p) else { continue };
+            created = created
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(|e| format!("{}: {e}", p.display()))?;
+            rules += 1;
+        }
+    }
+    let fd: Option<OwnedFd> = created.into();
+    let fd = fd.ok_or_else(|| "Landlock ruleset was not created".to_string())?;
+    Ok((
+        fd,
+        format!(
+            "Landlock (ABI {abi}) denies the child {} path(s) of the key and the state dir ({rules} rules)",
+            key_paths.len()
+        ),
+    ))
+}
+
+fn cstr(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", p.display()))
+}
+
+/// The mount namespace of a root runner's isolated child; the second value
+/// says whether every path of the runner key is covered in it.
+fn mount_plan(
+    req: &IsolationRequest,
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+) -> Result<(MountPlan, Result<String, String>), String> {
+    let mounts = reach::mounts();
+    let mut plan = MountPlan {
+        new_cgroup_ns: true,
+        fresh_proc: req.pid_namespace,
+        ..MountPlan::default()
+    };
+    let mut covered_key = Err("the runner key does not exist yet".to_string());
+    if let Ok(aliases) = reach::aliases(protect.key, &mounts) {
+        for a in &aliases {
+            plan.cover_files.push(cstr(a)?);
+        }
+        let nlink = std::fs::metadata(protect.key).map_or(0, |m| m.nlink());
+        covered_key = if nlink == 1 {
+            Ok(format!("{} path(s) of the key covered", aliases.len()))
+        } else {
+            Err(format!(
+                "the key file has {nlink} hard links; only paths of the same mount were covered"
+            ))
+        };
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Ok(aliases) = reach::aliases(protect.state_dir, &mounts) {
+        // Never cover what the child must use (a workspace inside the state dir).
+        for a in aliases {
+            if !writable.iter().any(|w| w.starts_with(&a)) {
+                dirs.push(a);
+            }
+        }
+    }
+    plan.fresh_sys = mounts
+        .iter()
+        .any(|m| m.point == Path::new("/sys") && m.fstype == "sysfs");
+    for m in &mounts {
+        let cg = m.fstype == "cgroup" || m.fstype == "cgroup2";
+        if cg && !(plan.fresh_sys && m.point.starts_with("/sys")) && !dirs.contains(&m.point) {
+            dirs.push(m.point.clone());
+        }
+    }
+    // Deepest first, so every mount point still resolves when it is covered.
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for d in &dirs {
+        plan.cover_dirs.push(cstr(d)?);
+    }
+    for name in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let p = Path::new("/dev").join(name);
+        let is_char = std::fs::metadata(&p).is_ok_and(|m| m.file_type().is_char_device());
+        if !is_char {
+            continue;
+        }
+        if plan.dev_nodes.len() < sys::MAX_DEV_NODES {
+            plan.dev_nodes.push(cstr(&p)?);
+        }
+    }
+    Ok((plan, covered_key))
 }
 
 /// Writes only beneath `writable`; reads and execution everywhere. Every

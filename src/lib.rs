@@ -38,6 +38,7 @@ pub mod lease;
 pub mod limits;
 pub mod model;
 pub mod operator;
+pub mod reach;
 pub mod receipt;
 pub mod run;
 pub mod safe_io;
@@ -208,7 +209,14 @@ pub fn cli_main() -> i32 {
             state_dir,
             json,
             format,
-        } => match verify::verify(&goal, &receipt, &trust, state_dir.as_deref()) {
+            allow_key_in_reach,
+        } => match verify::verify(
+            &goal,
+            &receipt,
+            &trust,
+            state_dir.as_deref(),
+            allow_key_in_reach,
+        ) {
             Err(e) => usage_error(e),
             Ok(v) => {
                 let format = if json {

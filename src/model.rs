@@ -678,6 +678,24 @@ pub struct Cleanup {
     pub leftover_processes_killed: u64,
     /// Processes still present when the confirm bound ran out.
     pub unconfirmed_pids: Vec<i32>,
+    /// The independent observations `state` rests on: `subreaper_tree`
+    /// (the runner's `/proc/self/task/*/children` walk), `cgroup_v2`
+    /// (`populated 0`), `pids_cgroup_v1` (its `cgroup.procs`),
+    /// `pid_namespace` (the kernel kills the namespace with its PID 1).
+    #[serde(default)]
+    pub witness: Vec<String>,
+    /// Whether a process of the run held what it takes to hide from every
+    /// witness (e.g. a root child with CAP_SYS_ADMIN in the runner's mount
+    /// namespace). A receipt without the field is treated as evadable.
+    #[serde(default = "evadable_unknown")]
+    pub evadable: bool,
+    /// Why it was (or was not) evadable, in words.
+    #[serde(default)]
+    pub evadable_why: String,
+}
+
+fn evadable_unknown() -> bool {
+    true
 }
 
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -710,6 +728,21 @@ pub struct IsolationReport {
     pub pid_namespace: bool,
     /// How `max_processes` was enforced (`rlimit_nproc`, `pids_cgroup_v1`, …).
     pub process_limit: String,
+    /// Whether the child could have escaped that mechanism (a uid-0 child
+    /// that can reach cgroupfs can move itself out of the pids cgroup).
+    #[serde(default = "evadable_unknown")]
+    pub process_limit_evadable: bool,
+    /// The capabilities a uid-0 child kept after the drop that isolation
+    /// requires (CONTRACT §7); `None`: governed-exec did not change them.
+    #[serde(default)]
+    pub capabilities_kept: Option<Vec<String>>,
+    /// The child had its own mount namespace (private propagation), in which
+    /// the runner's state dir, key and cgroupfs were covered.
+    #[serde(default)]
+    pub mount_namespace: bool,
+    /// A fresh `/proc` of the child's PID namespace was mounted over `/proc`.
+    #[serde(default)]
+    pub proc_remounted: bool,
     /// Read back from `/proc/<child>/status` right after exec, when the
     /// child was still there to read.
     pub kernel_view: Option<KernelView>,
@@ -758,7 +791,8 @@ impl KernelView {
 #[serde(deny_unknown_fields)]
 pub struct SigningReport {
     pub keyid: String,
-    /// True only when the child ran as a uid that could not read the key.
+    /// True only when the child could not read the key by any route the
+    /// runner knows of (see `why` for the mechanism).
     pub key_out_of_child_reach: bool,
     pub why: String,
 }

@@ -29,7 +29,7 @@ use crate::safe_io::WriteTarget;
 use crate::scratch::Scratch;
 use crate::supervise::{self, Ending, RunResult, SuperviseError};
 use crate::sys::{ChildStep, SpawnSpec};
-use crate::{env, escape, exit_code, fault, isolation, lease, receipt, safe_io, sign};
+use crate::{env, escape, exit_code, fault, isolation, lease, reach, receipt, safe_io, sign};
 
 pub struct RunArgs {
     pub goal: PathBuf,
@@ -111,6 +111,9 @@ impl Draft {
                 mechanism: "none".into(),
                 leftover_processes_killed: 0,
                 unconfirmed_pids: vec![],
+                witness: vec![],
+                evadable: false,
+                evadable_why: "nothing was spawned".into(),
             },
             streams: Streams {
                 stdout: receipt::empty_stream(),
@@ -308,19 +311,42 @@ fn check_request(r: &Request) -> Result<(), String> {
     Ok(())
 }
 
-fn signing_report(key: &SigningKey, key_path: &Path, child_uid: u32) -> SigningReport {
+fn signing_report(
+    key: &SigningKey,
+    key_path: &Path,
+    prepared: &isolation::Prepared,
+) -> SigningReport {
     let keyid = sign::keyid(&key.verifying_key());
+    let child_uid = prepared.report.uid;
     let meta = std::fs::metadata(key_path).ok();
     let (owner, mode) = meta.map_or((u32::MAX, 0o777), |m| (m.uid(), m.mode()));
     let (out_of_reach, why) = if child_uid == 0 {
+        match (&prepared.key_covered, prepared.root_caps_keep) {
+            (Some(Ok(how)), Some(_)) => (
+                true,
+                format!(
+                    "the child ran as uid 0 with only {} (no CAP_SYS_ADMIN to unmount, no CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_MKNOD, CAP_SYS_RAWIO, CAP_SETUID), in its own mount namespace: {how}, the state dir, cgroupfs and host device nodes covered; the runner is non-dumpable",
+                    reach::root_keep_names().join(", ")
+                ),
+            ),
+            (Some(Err(why)), _) => (false, format!("the child runs as root: {why}")),
+            _ => (
+                false,
+                "the child runs as root with full capabilities, which can read any file".to_string(),
+            ),
+        }
+    } else if let Some(Ok(how)) = &prepared.key_landlocked {
         (
-            false,
-            "the child runs as root, which can read any file".to_string(),
+            true,
+            format!("the child runs as uid {child_uid}, the runner's: {how}; Landlock also forbids it to ptrace the runner or read its /proc files, and the runner is non-dumpable"),
         )
     } else if child_uid == owner {
         (
             false,
-            format!("the child runs as uid {child_uid}, which owns the key file"),
+            match &prepared.key_landlocked {
+                Some(Err(why)) => format!("the child runs as uid {child_uid}, which owns the key file, and it could not be denied the key: {why}"),
+                _ => format!("the child runs as uid {child_uid}, which owns the key file"),
+            },
         )
     } else if mode & 0o044 != 0 {
         (
@@ -337,6 +363,40 @@ fn signing_report(key: &SigningKey, key_path: &Path, child_uid: u32) -> SigningR
         keyid,
         key_out_of_child_reach: out_of_reach,
         why,
+    }
+}
+
+/// Which witnesses `gone` rests on, and whether the child could hide from
+/// all of them (CONTRACT §7). Each witness alone finds every process it
+/// sees, so the child evades only if it can evade every one.
+fn cleanup_witness(
+    prepared: &isolation::Prepared,
+    cgroups: &RunCgroups,
+) -> (Vec<String>, bool, String) {
+    let mut witness = vec!["subreaper_tree".to_string()];
+    witness.extend(cgroups.witnesses().iter().map(|w| w.to_string()));
+    if prepared.report.pid_namespace {
+        witness.push("pid_namespace".into());
+    }
+    let full_root = prepared.report.uid == 0 && prepared.report.capabilities_kept.is_none();
+    if full_root {
+        (
+            witness,
+            true,
+            "the child ran as uid 0 with every capability in the runner's mount namespace: it could mount over /proc/<runner>/task/*/children, ptrace the runner, and move itself out of the run's cgroups".into(),
+        )
+    } else if prepared.report.uid == 0 {
+        (
+            witness,
+            false,
+            "the child ran as uid 0 without CAP_SYS_ADMIN or CAP_SYS_PTRACE, in its own mount namespace (its mounts do not reach the runner's /proc); every descendant stays under the non-dumpable runner, a child subreaper".into(),
+        )
+    } else {
+        (
+            witness,
+            false,
+            format!("the child ran as uid {} without capabilities: it cannot mount over the runner's /proc or ptrace the non-dumpable runner, and every descendant stays under the runner, a child subreaper (processes another daemon starts on its request are not its descendants)", prepared.report.uid),
+        )
     }
 }
 
@@ -387,6 +447,12 @@ fn cancelled_before_spawn(sig: i32) -> Refusal {
 }
 
 pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
+    // The runner holds the signing key in memory and its fds: no process of
+    // the same uid without CAP_SYS_PTRACE may read /proc/<runner>/{mem,fd,
+    // root,environ} or ptrace it.
+    if let Err(e) = crate::sys::set_non_dumpable() {
+        eprintln!("governed-exec: cannot make the runner non-dumpable: {e}");
+    }
     let state_dir = args
         .state_dir
         .clone()
@@ -518,7 +584,11 @@ fn execute(
         scratch.home.clone(),
         scratch.tmp.clone(),
     ];
-    let mut prepared = match isolation::prepare(&body.isolation, &writable) {
+    let protect = isolation::Protect {
+        key: &key_path,
+        state_dir,
+    };
+    let mut prepared = match isolation::prepare(&body.isolation, &writable, &protect) {
         Ok(p) => p,
         Err(e) => return refuse_with_lease(&draft, &mut journal, Reason::IsolationUnavailable, e),
     };
@@ -529,6 +599,8 @@ fn execute(
     let use_nproc_rlimit = match cgroups.process_limit() {
         Some(kind) => {
             prepared.report.process_limit = kind.to_string();
+            prepared.report.process_limit_evadable =
+                cgroups.leavable_by(prepared.report.uid, prepared.mounts.is_some());
             false
         }
         None if prepared.report.uid == 0 => {
@@ -666,9 +738,12 @@ fn execute(
         rlimits: &rlimits,
         creds: prepared.creds,
         landlock_ruleset_fd: prepared.landlock_fd.as_ref().map(|f| f.as_raw_fd()),
+        landlock_guard_fd: prepared.landlock_guard_fd.as_ref().map(|f| f.as_raw_fd()),
         cgroup_v1_tasks_fd: cgroups.v1_tasks_fd(),
         cgroup_v2_dir_fd: cgroups.v2_dir_fd(),
         new_pid_namespace: body.isolation.pid_namespace,
+        mounts: prepared.mounts.as_ref(),
+        root_caps_keep: prepared.root_caps_keep,
     };
     let result = supervise::run(supervise::Plan {
         spec,
@@ -685,7 +760,7 @@ fn execute(
     receipt_body.cwd = Some(admitted.cwd.identity.clone());
     receipt_body.limits = Some(*l);
     receipt_body.isolation = Some(prepared.report.clone());
-    receipt_body.signing = Some(signing_report(&key, &key_path, prepared.report.uid));
+    receipt_body.signing = Some(signing_report(&key, &key_path, &prepared));
     receipt_body.journal_record_sha256 = Some(executing_digest);
     match result {
         // governed-exec's own failure before the program existed: nothing
@@ -716,6 +791,10 @@ fn execute(
             fault::point("after_reap");
             receipt_body.outcome = classify(&s);
             receipt_body.cleanup = s.cleanup.clone();
+            let (witness, evadable, why) = cleanup_witness(&prepared, &cgroups);
+            receipt_body.cleanup.witness = witness;
+            receipt_body.cleanup.evadable = evadable;
+            receipt_body.cleanup.evadable_why = why;
             receipt_body.streams = Streams {
                 stdout: s.stdout.clone(),
                 stderr: s.stderr.clone(),

@@ -570,6 +570,9 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
                     0
                 },
                 unconfirmed_pids: vec![],
+                witness: vec![],
+                evadable: true,
+                evadable_why: String::new(),
             };
         }
         if Instant::now() >= end {
@@ -585,6 +588,9 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
                     0
                 },
                 unconfirmed_pids: present,
+                witness: vec![],
+                evadable: true,
+                evadable_why: String::new(),
             };
         }
         std::thread::sleep(pause);

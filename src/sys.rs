@@ -171,6 +171,60 @@ pub fn dup_high(fd: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(r) })
 }
 
+/// Make this process non-dumpable: `/proc/<self>/{mem,fd,root,environ}` and
+/// ptrace then need CAP_SYS_PTRACE, even for a process of the same uid.
+pub fn set_non_dumpable() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    cvt(r as libc::c_long).map(|_| ())
+}
+
+/// What a uid-0 child does in its own mount namespace before exec, so that
+/// nothing it can still do reaches the runner's key, state dir or cgroups.
+/// All strings and fds are prepared by the parent.
+#[derive(Default)]
+pub struct MountPlan {
+    /// Also unshare the cgroup namespace (rooted at the run's cgroups).
+    pub new_cgroup_ns: bool,
+    /// Files covered by a bind mount of `/dev/null` (the key and its aliases).
+    pub cover_files: Vec<CString>,
+    /// Directories covered by an empty read-only tmpfs, in this order.
+    pub cover_dirs: Vec<CString>,
+    /// Bind `/sys` onto itself without the mounts beneath it (cgroupfs,
+    /// bpf, debugfs, securityfs), read-only.
+    pub fresh_sys: bool,
+    /// A fresh tmpfs on `/dev` holding only these device nodes (at most
+    /// [`MAX_DEV_NODES`]), each a bind of the host's node of the same path.
+    pub dev_nodes: Vec<CString>,
+    /// Mount a fresh `/proc` (the child's PID namespace).
+    pub fresh_proc: bool,
+}
+
+/// How many device nodes a [`MountPlan`] may carry into the fresh `/dev`.
+pub const MAX_DEV_NODES: usize = 8;
+
+/// `/proc/self/fd/<fd>` into `buf`, NUL-terminated, without allocating.
+fn fd_path(fd: RawFd, buf: &mut [u8; 32]) -> *const libc::c_char {
+    let prefix = b"/proc/self/fd/";
+    buf[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 12];
+    let mut n = fd.max(0) as u32;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        buf[prefix.len() + i] = digits[len - 1 - i];
+    }
+    buf[prefix.len() + len] = 0;
+    buf.as_ptr().cast()
+}
+
 /// Credentials the child switches to before exec (only when running as root).
 #[derive(Debug, Clone, Copy)]
 pub struct ChildCreds {
@@ -192,6 +246,9 @@ pub struct SpawnSpec<'a> {
     pub rlimits: &'a [(libc::__rlimit_resource_t, u64)],
     pub creds: Option<ChildCreds>,
     pub landlock_ruleset_fd: Option<RawFd>,
+    /// A second Landlock ruleset, stacked on the first: the one that keeps
+    /// the runner's key and state dir from a child of the runner's uid.
+    pub landlock_guard_fd: Option<RawFd>,
     /// A cgroup v1 `tasks` file the child moves its one thread into first.
     pub cgroup_v1_tasks_fd: Option<RawFd>,
     /// A cgroup v2 directory the child is born in (`CLONE_INTO_CGROUP`).
@@ -199,6 +256,11 @@ pub struct SpawnSpec<'a> {
     /// The child is PID 1 of a new PID namespace: its parent is outside it
     /// and `getppid()` reads 0 there.
     pub new_pid_namespace: bool,
+    /// A uid-0 child under isolation: its own mount namespace, set up so.
+    pub mounts: Option<&'a MountPlan>,
+    /// A uid-0 child under isolation keeps only these capabilities (bit
+    /// mask) in every set, bounding included.
+    pub root_caps_keep: Option<u64>,
 }
 
 /// Which setup step of the child failed, reported through the error pipe.
@@ -206,6 +268,7 @@ pub struct SpawnSpec<'a> {
 pub enum ChildStep {
     Setsid = 1,
     Cgroup,
+    Mount,
     DeathSignal,
     ParentGone,
     Chdir,
@@ -224,6 +287,7 @@ impl ChildStep {
         [
             Setsid,
             Cgroup,
+            Mount,
             DeathSignal,
             ParentGone,
             Chdir,
@@ -277,6 +341,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     let stdout = dup_high(spec.stdout_fd)?;
     let stderr = dup_high(spec.stderr_fd)?;
     let landlock = spec.landlock_ruleset_fd.map(dup_high).transpose()?;
+    let landlock_guard = spec.landlock_guard_fd.map(dup_high).transpose()?;
     let cgroup_tasks = spec.cgroup_v1_tasks_fd.map(dup_high).transpose()?;
     let (err_r, err_w_low) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let err_w = dup_high(err_w_low.as_raw_fd())?;
@@ -298,7 +363,10 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         creds: spec.creds,
         cap_last: cap_last_cap(),
         landlock: landlock.as_ref().map(|f| f.as_raw_fd()),
+        landlock_guard: landlock_guard.as_ref().map(|f| f.as_raw_fd()),
         cgroup_tasks: cgroup_tasks.as_ref().map_or(-1, |f| f.as_raw_fd()),
+        mounts: spec.mounts,
+        root_caps_keep: spec.root_caps_keep,
         parent: if spec.new_pid_namespace {
             0
         } else {
@@ -391,7 +459,10 @@ struct ChildPlan<'a> {
     creds: Option<ChildCreds>,
     cap_last: u32,
     landlock: Option<RawFd>,
+    landlock_guard: Option<RawFd>,
     cgroup_tasks: RawFd,
+    mounts: Option<&'a MountPlan>,
+    root_caps_keep: Option<u64>,
     parent: libc::pid_t,
 }
 
@@ -455,6 +526,9 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         if libc::getppid() != p.parent {
             child_fail(p.err_w, ChildStep::ParentGone);
         }
+        if let Some(m) = p.mounts {
+            setup_mounts(m, p.err_w);
+        }
         if libc::fchdir(p.cwd) < 0 {
             child_fail(p.err_w, ChildStep::Chdir);
         }
@@ -469,11 +543,13 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         }
         if let Some(creds) = p.creds {
             drop_to(creds, p.cap_last, p.err_w);
+        } else if let Some(keep) = p.root_caps_keep {
+            keep_only(keep, p.cap_last, p.err_w);
         }
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
             child_fail(p.err_w, ChildStep::NoNewPrivs);
         }
-        if let Some(ruleset) = p.landlock {
+        for ruleset in [p.landlock, p.landlock_guard].into_iter().flatten() {
             if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0) < 0 {
                 child_fail(p.err_w, ChildStep::Landlock);
             }
@@ -515,6 +591,263 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
     }
 }
 
+/// `mount(2)` with optional strings.
+///
+/// # Safety
+/// Every non-null pointer is a NUL-terminated string.
+unsafe fn mnt(
+    src: *const libc::c_char,
+    target: *const libc::c_char,
+    fstype: *const libc::c_char,
+    flags: libc::c_ulong,
+    data: *const libc::c_char,
+) -> bool {
+    // SAFETY: the caller passes valid C strings or null.
+    unsafe { libc::mount(src, target, fstype, flags, data.cast()) == 0 }
+}
+
+/// The child's own mount namespace (see [`MountPlan`]). Raw syscalls only.
+///
+/// # Safety
+/// Only in the forked child, before the capabilities are dropped.
+unsafe fn setup_mounts(m: &MountPlan, err_w: RawFd) {
+    let null = std::ptr::null::<libc::c_char>();
+    // SAFETY: raw unshare/mount/open/mkdir/symlink syscalls on strings the
+    // parent built before fork; async-signal-safe.
+    unsafe {
+        let mut flags = libc::CLONE_NEWNS;
+        if m.new_cgroup_ns {
+            flags |= libc::CLONE_NEWCGROUP;
+        }
+        if libc::unshare(flags) < 0 {
+            child_fail(err_w, ChildStep::Mount);
+        }
+        // Nothing we mount propagates back to the host, nothing of the
+        // host's later mounts reaches us.
+        if !mnt(
+            null,
+            c"/".as_ptr(),
+            null,
+            libc::MS_REC | libc::MS_PRIVATE,
+            null,
+        ) {
+            child_fail(err_w, ChildStep::Mount);
+        }
+        for f in &m.cover_files {
+            if !mnt(c"/dev/null".as_ptr(), f.as_ptr(), null, libc::MS_BIND, null) {
+                child_fail(err_w, ChildStep::Mount);
+            }
+        }
+        let sealed = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+        for d in &m.cover_dirs {
+            if !mnt(
+                c"none".as_ptr(),
+                d.as_ptr(),
+                c"tmpfs".as_ptr(),
+                sealed,
+                c"size=4k,mode=000".as_ptr(),
+            ) {
+                child_fail(err_w, ChildStep::Mount);
+            }
+        }
+        // /sys again without the mounts beneath it (cgroupfs, bpf, debugfs,
+        // securityfs, efivarfs): a non-recursive bind, then read-only.
+        if m.fresh_sys
+            && (!mnt(
+                c"/sys".as_ptr(),
+                c"/sys".as_ptr(),
+                null,
+                libc::MS_BIND,
+                null,
+            ) || !mnt(
+                null,
+                c"/sys".as_ptr(),
+                null,
+                libc::MS_BIND | libc::MS_REMOUNT | sealed,
+                null,
+            ))
+        {
+            child_fail(err_w, ChildStep::Mount);
+        }
+        if !m.dev_nodes.is_empty() {
+            // Hold the host's nodes by fd (opened in this namespace), so they
+            // can be bound into the fresh /dev that covers them.
+            let mut held: [RawFd; MAX_DEV_NODES] = [-1; MAX_DEV_NODES];
+            for (slot, target) in held.iter_mut().zip(&m.dev_nodes) {
+                *slot = libc::open(target.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                if *slot < 0 {
+                    child_fail(err_w, ChildStep::Mount);
+                }
+            }
+            if !mnt(
+                c"none".as_ptr(),
+                c"/dev".as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                c"size=64k,mode=755".as_ptr(),
+            ) {
+                child_fail(err_w, ChildStep::Mount);
+            }
+            for (&fd, target) in held.iter().zip(&m.dev_nodes) {
+                let made = libc::open(
+                    target.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o666,
+                );
+                if made < 0 {
+                    child_fail(err_w, ChildStep::Mount);
+                }
+                libc::close(made);
+                let mut buf = [0u8; 32];
+                if !mnt(
+                    fd_path(fd, &mut buf),
+                    target.as_ptr(),
+                    null,
+                    libc::MS_BIND,
+                    null,
+                ) {
+                    child_fail(err_w, ChildStep::Mount);
+                }
+                libc::close(fd);
+            }
+            for (link, to) in [
+                (c"/dev/fd", c"/proc/self/fd"),
+                (c"/dev/stdin", c"/proc/self/fd/0"),
+                (c"/dev/stdout", c"/proc/self/fd/1"),
+                (c"/dev/stderr", c"/proc/self/fd/2"),
+            ] {
+                if libc::symlink(to.as_ptr(), link.as_ptr()) < 0 {
+                    child_fail(err_w, ChildStep::Mount);
+                }
+            }
+            if libc::mkdir(c"/dev/shm".as_ptr(), 0o1777) < 0
+                || !mnt(
+                    c"none".as_ptr(),
+                    c"/dev/shm".as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    c"mode=1777".as_ptr(),
+                )
+            {
+                child_fail(err_w, ChildStep::Mount);
+            }
+        }
+        if m.fresh_proc
+            && !mnt(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                null,
+            )
+        {
+            child_fail(err_w, ChildStep::Mount);
+        }
+        // Kernel knobs root could turn without any capability (core_pattern
+        // runs a program as full root on the host): read-only, and without
+        // the mounts beneath (binfmt_misc).
+        if !mnt(
+            c"/proc/sys".as_ptr(),
+            c"/proc/sys".as_ptr(),
+            null,
+            libc::MS_BIND,
+            null,
+        ) || !mnt(
+            null,
+            c"/proc/sys".as_ptr(),
+            null,
+            libc::MS_BIND | libc::MS_REMOUNT | sealed,
+            null,
+        ) {
+            child_fail(err_w, ChildStep::Mount);
+        }
+        let sysrq = c"/proc/sysrq-trigger";
+        if libc::access(sysrq.as_ptr(), libc::F_OK) == 0
+            && !mnt(
+                c"/dev/null".as_ptr(),
+                sysrq.as_ptr(),
+                null,
+                libc::MS_BIND,
+                null,
+            )
+        {
+            child_fail(err_w, ChildStep::Mount);
+        }
+    }
+}
+
+/// A uid-0 child keeps only `keep` (bit mask) in its bounding, permitted,
+/// effective and inheritable sets; ambient is cleared.
+///
+/// # Safety
+/// Only in the forked child.
+unsafe fn keep_only(keep: u64, cap_last: u32, err_w: RawFd) {
+    // SAFETY: raw prctl/capset syscalls on integers and stack structs.
+    unsafe {
+        if libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        ) < 0
+        {
+            child_fail(err_w, ChildStep::Credentials);
+        }
+        for cap in 0..=cap_last {
+            if keep & (1u64 << cap) != 0 {
+                continue;
+            }
+            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0 {
+                let errno = *libc::__errno_location();
+                if errno != libc::EINVAL {
+                    child_fail(err_w, ChildStep::Credentials);
+                }
+            }
+        }
+        capset_all(keep as u32, (keep >> 32) as u32, err_w);
+    }
+}
+
+/// Set effective = permitted = inheritable to the given 64-bit mask.
+///
+/// # Safety
+/// Only in the forked child.
+unsafe fn capset_all(low: u32, high: u32, err_w: RawFd) {
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = CapHeader {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let data = [
+        CapData {
+            effective: low,
+            permitted: low,
+            inheritable: low,
+        },
+        CapData {
+            effective: high,
+            permitted: high,
+            inheritable: high,
+        },
+    ];
+    // SAFETY: capset with a v3 header and two data structs, as documented.
+    if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } < 0 {
+        // SAFETY: in the forked child.
+        unsafe { child_fail(err_w, ChildStep::Credentials) }
+    }
+}
+
 /// Become `creds` with no supplementary groups and every capability set empty.
 ///
 /// # Safety
@@ -550,36 +883,7 @@ unsafe fn drop_to(creds: ChildCreds, cap_last: u32, err_w: RawFd) {
         }
         // setresuid away from 0 already cleared permitted and effective;
         // clear inheritable too (and everything, if the target uid is 0).
-        #[repr(C)]
-        struct CapHeader {
-            version: u32,
-            pid: i32,
-        }
-        #[repr(C)]
-        struct CapData {
-            effective: u32,
-            permitted: u32,
-            inheritable: u32,
-        }
-        let header = CapHeader {
-            version: 0x2008_0522,
-            pid: 0,
-        };
-        let data = [
-            CapData {
-                effective: 0,
-                permitted: 0,
-                inheritable: 0,
-            },
-            CapData {
-                effective: 0,
-                permitted: 0,
-                inheritable: 0,
-            },
-        ];
-        if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) < 0 {
-            child_fail(err_w, ChildStep::Credentials);
-        }
+        capset_all(0, 0, err_w);
     }
 }
 
@@ -588,6 +892,7 @@ impl std::fmt::Display for ChildStep {
         let s = match self {
             ChildStep::Setsid => "setsid",
             ChildStep::Cgroup => "join the run's cgroup",
+            ChildStep::Mount => "set up its mount namespace",
             ChildStep::DeathSignal => "set the parent-death signal",
             ChildStep::ParentGone => "start (governed-exec died during fork)",
             ChildStep::Chdir => "enter the cwd",

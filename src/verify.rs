@@ -27,6 +27,10 @@ pub struct Verdict {
     pub receipt_id: Option<String>,
     pub attempt_id: Option<String>,
     pub outcome: Option<OutcomeClass>,
+    /// What the receipt says of the runner key (`None`: it says nothing).
+    pub key_out_of_child_reach: Option<bool>,
+    /// `--allow-key-in-reach` was given.
+    pub key_in_reach_allowed: bool,
 }
 
 impl Verdict {
@@ -42,6 +46,8 @@ fn not_verified(reason: String) -> Verdict {
         receipt_id: None,
         attempt_id: None,
         outcome: None,
+        key_out_of_child_reach: None,
+        key_in_reach_allowed: false,
     }
 }
 
@@ -52,12 +58,22 @@ pub fn verify(
     receipt_path: &Path,
     trust_path: &Path,
     state_dir: Option<&Path>,
+    allow_key_in_reach: bool,
 ) -> Result<Verdict, String> {
     let goal = goal::load(goal_path)?;
     let trust = sign::load_verifying_key(trust_path).map_err(|e| e.to_string())?;
     let bytes = crate::safe_io::read_regular(receipt_path)
         .map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
-    Ok(judge(&goal, &bytes, &trust, state_dir))
+    let mut v = judge(&goal, &bytes, &trust, state_dir);
+    v.key_in_reach_allowed = allow_key_in_reach;
+    if allow_key_in_reach {
+        v.unmet
+            .retain(|u| !u.starts_with("signing_key_in_child_reach:"));
+        if v.unmet.is_empty() && v.receipt_id.is_some() {
+            v.verdict = "VERIFIED_DONE";
+        }
+    }
+    Ok(v)
 }
 
 /// `verify` without files (fuzzing entry): goal bytes, receipt bytes, key.
@@ -99,6 +115,18 @@ fn judge(
     };
     let p = &stmt.predicate;
     let mut unmet = Vec::new();
+    // A key the child could read lets the child forge this very receipt:
+    // it proves nothing against the child it describes (CONTRACT §2).
+    match &p.signing {
+        Some(s) if !s.key_out_of_child_reach => unmet.push(format!(
+            "signing_key_in_child_reach: the runner key was within the child's reach ({}); pass --allow-key-in-reach to accept it anyway",
+            s.why
+        )),
+        None if p.attempt_id.is_some() => unmet.push(
+            "signing_key_in_child_reach: the receipt does not say whether the runner key was out of the child's reach; pass --allow-key-in-reach to accept it anyway".into(),
+        ),
+        _ => {}
+    }
     if stmt.type_ != STATEMENT_TYPE
         || stmt.predicate_type != PREDICATE_TYPE
         || p.schema != RECEIPT_SCHEMA
@@ -182,6 +210,20 @@ fn judge(
                 if p.cleanup.state != CleanupState::Gone || p.cleanup.leftover_processes_killed > 0
                 {
                     unmet.push(format!("no_leftover_processes: {} process(es) outlived the main process (cleanup {:?})", p.cleanup.leftover_processes_killed, p.cleanup.state));
+                } else if p.cleanup.evadable {
+                    unmet.push(format!(
+                        "no_leftover_processes: the cleanup witness ({}) was evadable by the child, so `gone` is not proof: {}",
+                        if p.cleanup.witness.is_empty() {
+                            "unrecorded".to_string()
+                        } else {
+                            p.cleanup.witness.join("+")
+                        },
+                        if p.cleanup.evadable_why.is_empty() {
+                            "the receipt does not say what the child could do"
+                        } else {
+                            p.cleanup.evadable_why.as_str()
+                        }
+                    ));
                 }
             }
             Criterion::Outcome { .. } => {}
@@ -219,6 +261,8 @@ fn judge(
         receipt_id: Some(p.receipt_id.clone()),
         attempt_id: p.attempt_id.clone(),
         outcome: Some(class),
+        key_out_of_child_reach: p.signing.as_ref().map(|s| s.key_out_of_child_reach),
+        key_in_reach_allowed: false,
     }
 }
 

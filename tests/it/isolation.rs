@@ -167,8 +167,11 @@ fn pid_namespace_makes_the_child_pid_1_and_takes_setsid_descendants_with_it() {
     require_root!("pid_namespace_makes_the_child_pid_1_and_takes_setsid_descendants_with_it");
     let e = Env::new();
     let gc = e.path("gc.pid");
+    // The child's /proc is its own namespace's, so the grandchild is found
+    // on the host by a sleep duration unique to this test process.
+    let marker = format!("{}", 1_000_000 + std::process::id());
     let script = format!(
-        "echo ns_pid=$$; setsid sh -c 'cut -d\" \" -f4 /proc/self/stat > {g}.tmp; mv {g}.tmp {g}; exec sleep 1000' & while [ ! -s {g} ]; do sleep 0.01; done",
+        "echo ns_pid=$$; setsid sh -c 'echo $$ > {g}.tmp; mv {g}.tmp {g}; exec sleep {marker}' & while [ ! -s {g} ]; do sleep 0.01; done",
         g = gc.display()
     );
     let probe = ["sh", "-c", script.as_str()];
@@ -176,9 +179,20 @@ fn pid_namespace_makes_the_child_pid_1_and_takes_setsid_descendants_with_it() {
     let r = e.run(&[], &probe);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout_text().contains("ns_pid=1"), "{}", r.stdout_text());
+    assert!(read_pid(&gc) > 1, "the grandchild did not start");
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter(|d| {
+            std::fs::read(d.path().join("cmdline"))
+                .is_ok_and(|c| c == format!("sleep\0{marker}\0").as_bytes())
+        })
+        .map(|d| d.file_name().to_string_lossy().into_owned())
+        .filter(|p| p.parse::<i32>().is_ok_and(pid_alive))
+        .collect();
     assert!(
-        !pid_alive(read_pid(&gc)),
-        "a setsid descendant outlived the namespace"
+        survivors.is_empty(),
+        "a setsid descendant outlived the namespace: {survivors:?}"
     );
     assert_eq!(r.predicate()["isolation"]["pid_namespace"], true);
 }

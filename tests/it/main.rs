@@ -18,6 +18,7 @@ mod lifecycle;
 mod outcomes;
 mod output;
 mod pipeline;
+mod rootchild;
 mod supervision;
 mod toolchains;
 mod verify;

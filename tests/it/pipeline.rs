@@ -16,7 +16,10 @@ fn approve_run_verify_end_to_end() {
         "-c",
         "mkdir -p out && echo '3 passed, 0 failed' > out/report.txt",
     ];
-    e.approve(&[], &cmdline);
+    // A full-root child could hide from cleanup (CONTRACT §7), so as root
+    // `no_leftover_processes` needs isolation, which drops what undoes it.
+    let iso: &[&str] = if is_root() { &["--pid-namespace"] } else { &[] };
+    e.approve(iso, &cmdline);
     let (r, receipt) = e.run_to_file("r.json", &cmdline);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.class(), "exited");

@@ -6,7 +6,9 @@ use crate::support::*;
 
 fn wait_file(p: &std::path::Path) {
     let end = Instant::now() + Duration::from_secs(20);
-    while !p.exists() && Instant::now() < end {
+    // `echo $$ > f` creates the file before it writes the pid: wait for both.
+    let ready = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.len() > 0);
+    while !ready(p) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(p.exists(), "{} never appeared", p.display());

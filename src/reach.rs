@@ -1,0 +1,149 @@
+//! What a child could reach: the paths under which a file is visible in this
+//! mount namespace, and the capability set a uid-0 child keeps when
+//! isolation is in its lease (CONTRACT §7).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Debug, Clone)]
+pub struct Mount {
+    pub dev: String,
+    /// The directory of the filesystem this mount shows.
+    pub root: PathBuf,
+    pub point: PathBuf,
+    pub fstype: String,
+}
+
+/// Undo mountinfo's octal escapes (`\040` for a space, …).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            if let Some(v) = s
+                .get(i + 1..i + 4)
+                .and_then(|o| u8::from_str_radix(o, 8).ok())
+            {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub fn mounts() -> Vec<Mount> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let pre: Vec<&str> = pre.split(' ').collect();
+            Some(Mount {
+                dev: pre.get(2)?.to_string(),
+                root: PathBuf::from(unescape(pre.get(3)?)),
+                point: PathBuf::from(unescape(pre.get(4)?)),
+                fstype: post.split(' ').next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Every path in this mount namespace that shows the same inode as `path`
+/// (bind mounts of a directory above it, the same filesystem mounted twice),
+/// `path`'s canonical form first. Hard links are not found here: callers
+/// check `nlink`.
+pub fn aliases(path: &Path, mounts: &[Mount]) -> std::io::Result<Vec<PathBuf>> {
+    let canonical = path.canonicalize()?;
+    let meta = std::fs::metadata(&canonical)?;
+    let same = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+    };
+    let mut out = vec![canonical.clone()];
+    // The mount that serves the path: the deepest mount point above it,
+    // the last one mounted when several share it.
+    let Some(serving) = mounts
+        .iter()
+        .filter(|m| canonical.starts_with(&m.point))
+        .max_by_key(|m| m.point.components().count())
+    else {
+        return Ok(out);
+    };
+    let Ok(below) = canonical.strip_prefix(&serving.point) else {
+        return Ok(out);
+    };
+    let in_fs = serving.root.join(below);
+    for m in mounts.iter().filter(|m| m.dev == serving.dev) {
+        if let Ok(rest) = in_fs.strip_prefix(&m.root) {
+            let cand = m.point.join(rest);
+            if !out.contains(&cand) && same(&cand) {
+                out.push(cand);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Capabilities (by number) a uid-0 child keeps under isolation. Each of
+/// them leaves the namespaces, the cgroups, the Landlock domain, the mount
+/// namespace's covers and the non-dumpable runner as they are:
+/// CHOWN, DAC_OVERRIDE, FOWNER, FSETID (file ownership and modes, which uid 0
+/// has over its own files anyway), KILL, SETPCAP (can only drop),
+/// NET_BIND_SERVICE, NET_RAW (sockets, in whatever network namespace the
+/// child has), SYS_CHROOT (a chroot does not leave a mount namespace) and
+/// AUDIT_WRITE.
+pub const ROOT_KEEP: &[(u32, &str)] = &[
+    (0, "CAP_CHOWN"),
+    (1, "CAP_DAC_OVERRIDE"),
+    (3, "CAP_FOWNER"),
+    (4, "CAP_FSETID"),
+    (5, "CAP_KILL"),
+    (8, "CAP_SETPCAP"),
+    (10, "CAP_NET_BIND_SERVICE"),
+    (13, "CAP_NET_RAW"),
+    (18, "CAP_SYS_CHROOT"),
+    (29, "CAP_AUDIT_WRITE"),
+];
+
+pub fn root_keep_mask() -> u64 {
+    ROOT_KEEP.iter().fold(0, |m, (c, _)| m | (1u64 << c))
+}
+
+pub fn root_keep_names() -> Vec<String> {
+    ROOT_KEEP.iter().map(|(_, n)| n.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescape_decodes_octal() {
+        assert_eq!(unescape(r"/a\040b"), "/a b");
+        assert_eq!(unescape("/plain"), "/plain");
+        assert_eq!(unescape(r"/x\"), r"/x\");
+    }
+
+    #[test]
+    fn the_dropped_set_includes_every_capability_that_undoes_isolation() {
+        let keep = root_keep_mask();
+        // SYS_ADMIN, NET_ADMIN, MKNOD, SYS_PTRACE, SYS_MODULE, SYS_RAWIO,
+        // DAC_READ_SEARCH, SETUID, SETGID, SETFCAP, SYS_RESOURCE, BPF.
+        for cap in [21, 12, 27, 19, 16, 17, 2, 7, 6, 31, 24, 39] {
+            assert_eq!(keep & (1u64 << cap), 0, "capability {cap} kept");
+        }
+    }
+
+    #[test]
+    fn a_file_is_its_own_alias() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let f = d.path().join("k");
+        std::fs::write(&f, "x").expect("write");
+        let a = aliases(&f, &mounts()).expect("aliases");
+        assert_eq!(a[0], f.canonicalize().expect("canon"));
+    }
+}

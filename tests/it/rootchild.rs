@@ -1,0 +1,468 @@
+//! A uid-0 child cannot make a claim false (CONTRACT §7, issue 9 part B).
+//! Each test is an attack a root child made on an earlier version; under
+//! isolation it must fail, and without isolation the receipt and `verify`
+//! must say honestly that the child could have done it.
+
+use std::net::TcpListener;
+use std::path::Path;
+
+use crate::support::*;
+
+macro_rules! require_root {
+    ($name:expr) => {
+        if !is_root() {
+            skip!("{}: needs root (CI runs as root)", $name);
+            return;
+        }
+    };
+}
+
+const LEFTOVER_GOAL: &str = r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+  "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#;
+
+fn kill_pid_file(p: &Path) {
+    if let Ok(s) = std::fs::read_to_string(p) {
+        for pid in s.split_whitespace().filter_map(|x| x.parse::<i32>().ok()) {
+            if pid > 1 {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+fn caps_kept(r: &Run) -> Vec<String> {
+    r.predicate()["isolation"]["capabilities_kept"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_root_child_with_no_network_cannot_setns_into_the_hosts_network() {
+    require_root!("a_root_child_with_no_network_cannot_setns_into_the_hosts_network");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let e = Env::new();
+    let script = format!(
+        "nsenter -t {me} -n bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED'; grep CapBnd /proc/self/status",
+        me = std::process::id()
+    );
+    let probe = ["bash", "-c", script.as_str()];
+    e.approve(&["--no-network"], &probe);
+    let r = e.run(&[], &probe);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert!(
+        !r.stdout_text().contains("CONNECTED"),
+        "the child entered the host's network namespace: {}",
+        r.stdout_text()
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the host listener saw a connection"
+    );
+    let kept = caps_kept(&r);
+    assert!(!kept.is_empty(), "{}", r.predicate()["isolation"]);
+    for cap in [
+        "CAP_SYS_ADMIN",
+        "CAP_NET_ADMIN",
+        "CAP_SYS_PTRACE",
+        "CAP_MKNOD",
+    ] {
+        assert!(!kept.iter().any(|k| k == cap), "{cap} kept");
+    }
+    assert!(
+        r.stdout_text().contains("CapBnd:\t000000002004253b"),
+        "{}",
+        r.stdout_text()
+    );
+    // Without isolation the same root child does get in: the test can fail.
+    e.approve(&[], &probe);
+    let r = e.run(&[], &probe);
+    assert!(
+        r.stdout_text().contains("CONNECTED"),
+        "control run did not connect: {} {}",
+        r.stdout_text(),
+        r.predicate()["streams"]["stderr"]["text"]
+    );
+}
+
+#[test]
+fn a_root_child_with_fs_write_cannot_make_or_reach_a_block_device() {
+    require_root!("a_root_child_with_fs_write_cannot_make_or_reach_a_block_device");
+    let e = Env::new();
+    let probe = [
+        "sh",
+        "-c",
+        "mknod ./blk b 7 0 && echo MADE-NODE; echo blockdevs=$(find /dev -type b 2>/dev/null | wc -l); echo x > /dev/null && echo devnull-ok",
+    ];
+    e.approve(&["--fs-write-scope"], &probe);
+    let r = e.run(&[], &probe);
+    if r.reason() == "isolation_unavailable" {
+        skip!(
+            "a_root_child_with_fs_write_cannot_make_or_reach_a_block_device: {}",
+            r.stderr
+        );
+        return;
+    }
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    let t = r.stdout_text();
+    assert!(!t.contains("MADE-NODE"), "made a block device: {t}");
+    assert!(!e.ws.join("blk").exists());
+    assert!(t.contains("blockdevs=0"), "host block devices visible: {t}");
+    assert!(t.contains("devnull-ok"), "{t}");
+}
+
+/// The child moves a daemon out of both run cgroups and bind-mounts over the
+/// runner's `/proc/<runner>/task/*/children`, then exits.
+const HIDE_DAEMON: &str = r#"r=$PPID
+setsid sleep 1000 & d=$!
+echo $d > DAEMON
+for f in /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/pids/tasks; do echo $d > $f 2>/dev/null; done
+for t in /proc/$r/task/*/children; do mount --bind /dev/null $t 2>/dev/null && echo MOUNTED-OVER; done
+exit 0"#;
+
+#[test]
+fn a_full_root_child_that_hides_a_daemon_gets_an_evadable_receipt_and_no_verdict() {
+    require_root!("a_full_root_child_that_hides_a_daemon_gets_an_evadable_receipt_and_no_verdict");
+    let e = Env::new();
+    e.set_goal(LEFTOVER_GOAL);
+    let daemon = e.path("daemon.pid");
+    let script = HIDE_DAEMON.replace("DAEMON", &daemon.display().to_string());
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&[], &probe);
+    let (r, receipt) = e.run_to_file("r.json", &probe);
+    kill_pid_file(&daemon);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    let c = &r.predicate()["cleanup"];
+    assert_eq!(c["evadable"], true, "{c}");
+    assert!(
+        c["witness"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|x| x == "subreaper_tree")),
+        "{c}"
+    );
+    assert_eq!(r.predicate()["isolation"]["process_limit_evadable"], true);
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no_leftover_processes"), "{out}");
+    assert!(out.contains("evadable"), "{out}");
+}
+
+#[test]
+fn an_isolated_root_child_cannot_hide_a_daemon_from_cleanup() {
+    require_root!("an_isolated_root_child_cannot_hide_a_daemon_from_cleanup");
+    let e = Env::new();
+    e.set_goal(LEFTOVER_GOAL);
+    let daemon = e.path("daemon.pid");
+    let script = HIDE_DAEMON.replace("DAEMON", &daemon.display().to_string());
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--no-network"], &probe);
+    let (r, receipt) = e.run_to_file("r.json", &probe);
+    let pid = read_pid(&daemon);
+    let survived = pid_alive(pid);
+    kill_pid_file(&daemon);
+    assert!(!survived, "the daemon survived the run");
+    assert!(
+        !r.stdout_text().contains("MOUNTED-OVER"),
+        "{}",
+        r.stdout_text()
+    );
+    let c = &r.predicate()["cleanup"];
+    assert_eq!(c["state"], "gone", "{c}");
+    assert_eq!(c["evadable"], false, "{c}");
+    assert_eq!(c["leftover_processes_killed"], 1, "{c}");
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("outlived"), "{out}");
+}
+
+const FORK_20: &str = r#"for f in /sys/fs/cgroup/pids/tasks /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/cgroup.procs; do echo $$ > $f 2>/dev/null && echo LEFT-CGROUP; done
+exec python3 -c '
+import os, time
+n = 0
+for i in range(20):
+    try:
+        if os.fork() == 0:
+            time.sleep(3); os._exit(0)
+        n += 1
+    except OSError:
+        break
+print("forked", n)
+'"#;
+
+#[test]
+fn the_process_limit_holds_for_an_isolated_root_child_and_is_reported_evadable_otherwise() {
+    require_root!(
+        "the_process_limit_holds_for_an_isolated_root_child_and_is_reported_evadable_otherwise"
+    );
+    let e = Env::new();
+    let probe = ["sh", "-c", FORK_20];
+    e.approve(&["--max-processes", "8", "--no-network"], &probe);
+    let r = e.run(&[], &probe);
+    let mech = r.predicate()["isolation"]["process_limit"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    if !mech.starts_with("pids_cgroup") {
+        skip!("the_process_limit_holds…: no pids cgroup here ({mech})");
+        return;
+    }
+    let t = r.stdout_text();
+    assert!(!t.contains("LEFT-CGROUP"), "{t}");
+    let forked: u32 = t
+        .split_whitespace()
+        .skip_while(|w| *w != "forked")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count: {t} {}", r.stderr));
+    assert!(forked < 8, "forked {forked} with --max-processes 8");
+    assert_eq!(r.predicate()["isolation"]["process_limit_evadable"], false);
+    // A full-root child leaves the pids cgroup; the receipt says it could.
+    e.approve(&["--max-processes", "8"], &probe);
+    let r = e.run(&[], &probe);
+    assert_eq!(r.predicate()["isolation"]["process_limit_evadable"], true);
+}
+
+#[test]
+fn a_pid_namespace_child_sees_only_its_own_proc() {
+    require_root!("a_pid_namespace_child_sees_only_its_own_proc");
+    let mut host = std::process::Command::new("sleep")
+        .arg("30")
+        .env("GE_HOST_SECRET", "hunter2-host-environ")
+        .spawn()
+        .expect("sleep");
+    let e = Env::new();
+    let script = format!(
+        "cat /proc/{pid}/environ; echo; echo procs=$(ls /proc | grep -c '^[0-9]*$'); echo self=$(readlink /proc/self)",
+        pid = host.id()
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--pid-namespace"], &probe);
+    let r = e.run(&[], &probe);
+    let _ = host.kill();
+    let _ = host.wait();
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    let t = r.stdout_text();
+    assert!(!t.contains("hunter2"), "read a host process's environ: {t}");
+    let procs: u32 = t
+        .lines()
+        .find_map(|l| l.strip_prefix("procs="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(999);
+    assert!(procs < 10, "/proc shows the host: {t}");
+    assert_eq!(r.predicate()["isolation"]["proc_remounted"], true);
+}
+
+/// Every route to the key a root child under isolation might take.
+fn key_probe(key: &Path, state: &Path) -> String {
+    format!(
+        r#"k={key}; r=$PPID
+cat $k; cat /proc/$r/root$k; cat /proc/$r/cwd/$k
+for f in /proc/$r/fd/* /proc/$r/task/*/fd/*; do cat $f; done
+cat /proc/$r/environ; cat {state}/runner.key; ls {state}
+python3 -c 'import ctypes,sys; l=ctypes.CDLL(None,use_errno=True); print("ptrace-attach", l.ptrace(16,int(sys.argv[1]),0,0))' $r
+dd if=/proc/$r/mem bs=1 count=1 2>&1 | head -c 0
+for d in $(find /dev -type b 2>/dev/null); do head -c 4096 $d | grep -a PRIVATE; done
+exit 0"#,
+        key = key.display(),
+        state = state.display()
+    )
+}
+
+fn assert_key_not_read(r: &Run, key: &Path) {
+    let pem = std::fs::read_to_string(key).expect("key");
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let out = format!(
+        "{}{}",
+        r.stdout_text(),
+        r.predicate()["streams"]["stderr"]["text"]
+    );
+    assert!(
+        !out.contains("PRIVATE KEY"),
+        "the child read the key: {out}"
+    );
+    assert!(!out.contains(&body), "the child read the key: {out}");
+    assert!(
+        out.contains("ptrace-attach -1"),
+        "ptrace attach to the runner did not fail: {out}"
+    );
+}
+
+#[test]
+fn an_isolated_root_child_cannot_read_the_runner_key_by_any_route() {
+    require_root!("an_isolated_root_child_cannot_read_the_runner_key_by_any_route");
+    let e = Env::new();
+    // The key must exist before the run so the probe can name it.
+    e.approve(&[], &["true"]);
+    let _ = e.run(&[], &["true"]);
+    let key = e.state.join("runner.key");
+    let script = key_probe(&key, &e.state);
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--no-network"], &probe);
+    let (r, receipt) = e.run_to_file("r.json", &probe);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_key_not_read(&r, &key);
+    assert_eq!(r.predicate()["signing"]["key_out_of_child_reach"], true);
+    // No --allow-key-in-reach needed.
+    let o = output(e.verify_strict_cmd(&receipt, &e.runner_pub()));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.lines().next(), Some("VERIFIED_DONE"), "{out}");
+}
+
+#[test]
+fn a_key_elsewhere_and_its_bind_mount_alias_are_covered_too() {
+    require_root!("a_key_elsewhere_and_its_bind_mount_alias_are_covered_too");
+    let e = Env::new();
+    let keys = e.path("keys");
+    let alias = e.path("alias");
+    std::fs::create_dir(&keys).expect("dir");
+    std::fs::create_dir(&alias).expect("dir");
+    let o = output(cmd().arg("keygen").arg("--out").arg(keys.join("runner")));
+    assert!(o.status.success());
+    let mounted = std::process::Command::new("mount")
+        .arg("--bind")
+        .arg(&keys)
+        .arg(&alias)
+        .status()
+        .is_ok_and(|s| s.success());
+    let key = keys.join("runner.key");
+    let mut script = key_probe(&key, &e.state);
+    script = script.replace(
+        "exit 0",
+        &format!("cat {}/runner.key; exit 0", alias.display()),
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--pid-namespace"], &probe);
+    let r = e.run(&["--key", key.to_str().expect("utf8")], &probe);
+    if mounted {
+        let _ = std::process::Command::new("umount").arg(&alias).status();
+    } else {
+        skip!("a_key_elsewhere…: could not bind-mount an alias; the direct path is still tested");
+    }
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    let out = format!(
+        "{}{}",
+        r.stdout_text(),
+        r.predicate()["streams"]["stderr"]["text"]
+    );
+    assert!(
+        !out.contains("PRIVATE KEY"),
+        "the child read the key: {out}"
+    );
+    assert_eq!(r.predicate()["signing"]["key_out_of_child_reach"], true);
+}
+
+#[test]
+fn verify_refuses_a_receipt_whose_key_was_in_the_childs_reach_unless_allowed() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let _ = e.run(&[], &["true"]);
+    let key = e.state.join("runner.key");
+    // Default mode: the child has the runner's uid and reads the key.
+    let script = format!("cat {} >/dev/null && echo READ-KEY", key.display());
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&[], &probe);
+    let (r, receipt) = e.run_to_file("r.json", &probe);
+    assert!(r.stdout_text().contains("READ-KEY"), "{}", r.stderr);
+    assert_eq!(r.predicate()["signing"]["key_out_of_child_reach"], false);
+    let o = output(e.verify_strict_cmd(&receipt, &e.runner_pub()));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert_eq!(out.lines().next(), Some("NOT_VERIFIED"));
+    assert!(out.contains("signing_key_in_child_reach"), "{out}");
+    let o = output(
+        e.verify_strict_cmd(&receipt, &e.runner_pub())
+            .arg("--allow-key-in-reach"),
+    );
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(out.lines().next(), Some("VERIFIED_DONE"), "{out}");
+    let o = output(e.verify_strict_cmd(&receipt, &e.runner_pub()).arg("--json"));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["verdict"], "NOT_VERIFIED");
+    assert_eq!(v["key_out_of_child_reach"], false);
+    assert_eq!(v["key_in_reach_allowed"], false);
+    assert!(v["unmet"][0]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("signing_key_in_child_reach"));
+}
+
+/// `run` as uid 65534 (an unprivileged runner), with `flags` on the lease.
+fn run_unprivileged(e: &Env, flags: &[&str], probe: &[&str]) -> Run {
+    use std::os::unix::fs::PermissionsExt;
+    e.approve(flags, probe);
+    let bin = e.path("governed-exec");
+    std::fs::copy(BIN, &bin).expect("copy");
+    let _ = std::process::Command::new("chown")
+        .arg("-R")
+        .arg("65534:65534")
+        .arg(e.dir.path())
+        .status();
+    std::fs::set_permissions(e.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let inner = e.run_cmd(&[], probe);
+    let mut c = std::process::Command::new("setpriv");
+    c.args([
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        "--",
+    ])
+    .arg(&bin)
+    .args(inner.get_args())
+    .env("HOME", e.dir.path())
+    .stdin(std::process::Stdio::null());
+    finish_run(output(&mut c))
+}
+
+#[test]
+fn an_unprivileged_runner_keeps_its_key_from_an_isolated_child_of_its_own_uid() {
+    require_root!("an_unprivileged_runner_keeps_its_key_from_an_isolated_child_of_its_own_uid");
+    let e = Env::new();
+    let key = e.state.join("runner.key");
+    // The key exists before the probe run (created by a first run).
+    let first = run_unprivileged(&e, &[], &["true"]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert!(key.exists());
+    assert_eq!(
+        first.predicate()["signing"]["key_out_of_child_reach"],
+        false,
+        "default mode: the child has the runner's uid and can read the key"
+    );
+    let script = key_probe(&key, &e.state);
+    let probe = ["sh", "-c", script.as_str()];
+    let r = run_unprivileged(&e, &["--fs-write-scope"], &probe);
+    if r.reason() == "isolation_unavailable" {
+        skip!("an_unprivileged_runner_keeps_its_key…: {}", r.stderr);
+        return;
+    }
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(r.predicate()["isolation"]["uid"], 65534);
+    assert_key_not_read(&r, &key);
+    assert_eq!(
+        r.predicate()["signing"]["key_out_of_child_reach"],
+        true,
+        "{}",
+        r.predicate()["signing"]
+    );
+    // The child cannot replace the key or the public half verify trusts.
+    let script = format!(
+        "rm -f {s}/runner.pub; echo x > {s}/runner.key; mv {s}/runner.key {s}/k2; ls {s} >/dev/null && echo LISTED",
+        s = e.state.display()
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    let before = std::fs::read(&key).expect("key");
+    let r = run_unprivileged(&e, &["--fs-write-scope"], &probe);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(std::fs::read(&key).expect("key"), before);
+    assert!(e.state.join("runner.pub").exists());
+}
