@@ -16,8 +16,10 @@ echo "== 1. the approver makes a key pair (once)" >&2
 "$bin" keygen --out approver
 
 echo "== 2. a human approves exactly this request (summary on stderr)" >&2
+# --fs-write-scope: writes only in the workspace; it also keeps the runner's
+# key out of the child's reach, so the receipt proves something against it.
 "$bin" approve --goal goal.json --workspace workspace --manifest manifest.json \
-  --key approver.key --ttl 10m --uses 1 --approver demo --request request.json
+  --key approver.key --ttl 10m --uses 1 --approver demo --fs-write-scope --request request.json
 
 echo "== 3. the agent / CI step runs it headless; the signed receipt:" >&2
 set +e

@@ -32,9 +32,13 @@ recipe=(--env "PATH=$cargo_bin:/usr/local/bin:/usr/bin:/bin"
 
 # 1. Once, by a human: approve exactly this step. The approval summary
 #    (stderr) says whether cargo is a rustup proxy and which --env it needs.
+#    --fs-write: writes only in the workspace and cargo's home (its package
+#    cache lock); any isolation option also keeps the runner key out of the
+#    child's reach, which verify requires (keep OUT outside the workspace).
 [ -e "$out/approver.key" ] || "$GE" keygen --out "$out/approver"
 "$GE" approve --goal "$here/goal.json" --workspace "$ws" --manifest "$out/manifest.json" \
   --key "$out/approver.key" --ttl 1h --uses 1 --profile long "${recipe[@]}" \
+  --fs-write "$cargo_home" \
   -- cargo test --offline --locked
 
 # 2. The pipeline step: headless, bounded, never prompts. Its exit code is

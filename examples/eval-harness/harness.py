@@ -68,6 +68,10 @@ def mint_lease(binary, tmp, task):
        "--manifest", os.path.join(tmp, "manifest.json"),
        "--key", os.path.join(tmp, "approver.key"), "--ttl", "10m", "--uses", "1",
        "--profile", req["profile"], "--cwd", req["cwd"],
+       # Writes only in the workspace; any isolation option also keeps the
+       # runner key out of the agent's reach, so it cannot forge a receipt
+       # (verify refuses receipts whose key was within the child's reach).
+       "--fs-write-scope",
        "--", req["executable"], *req["argv"], binary=binary, check=True)
     return goal
 

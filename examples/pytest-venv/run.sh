@@ -33,7 +33,7 @@ request=("$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml=report.x
 "$GE" approve --goal "$here/goal.json" --workspace "$ws" --manifest "$out/manifest.json" \
   --key "$out/approver.key" --ttl 1h --uses 1 \
   --env "PATH=$venv/bin:/usr/local/bin:/usr/bin:/bin" --env "VIRTUAL_ENV=$venv" \
-  -- "${request[@]}"
+  --fs-write-scope -- "${request[@]}"
 
 # 2. The run: headless and bounded; pytest's exit code comes back as ours.
 status=0

@@ -272,7 +272,16 @@ fn verify_markdown_has_one_row_per_criterion() {
         never.contains("| **unmet** |") && never.contains("missing"),
         "{never}"
     );
-    assert!(row(r"| no\_leftover\_processes").contains("| met |"));
+    let leftover = row(r"| no\_leftover\_processes");
+    if is_root() {
+        // A full-root child could have hidden from every cleanup witness.
+        assert!(
+            leftover.contains("| **unmet** |") && leftover.contains("evadable"),
+            "{leftover}"
+        );
+    } else {
+        assert!(leftover.contains("| met |"), "{leftover}");
+    }
     assert!(row("| journal closes the attempt").contains("| met |"));
     assert_no_unsafe_chars(&out);
 
