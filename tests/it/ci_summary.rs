@@ -62,7 +62,12 @@ fn job(e: &Env) -> (std::path::PathBuf, String) {
     std::fs::create_dir_all(e.path("bin")).unwrap();
     std::os::unix::fs::symlink(BIN, e.path("bin/governed-exec")).unwrap();
     std::fs::copy(&e.goal, dir.join("ci/goal.json")).unwrap();
-    e.approve(&[], &["sh", "-c", "echo all tests passed"]);
+    // As the YAML says the lease was approved: with an isolation option,
+    // which keeps the runner key out of the child's reach.
+    e.approve(
+        &["--fs-write-scope"],
+        &["sh", "-c", "echo all tests passed"],
+    );
     let r = e.run(&[], &["sh", "-c", "echo all tests passed"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     std::fs::write(dir.join("receipt.json"), &r.stdout).unwrap();
