@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-60}
-for t in parse_goal parse_request parse_manifest parse_receipt parse_journal verify_envelope; do
+for t in parse_goal parse_request parse_manifest parse_receipt parse_journal verify_envelope \
+  checkpoint pem_key lease output_projection; do
   mkdir -p "corpus/$t"
   for seeds in "seeds/$t" "../tests/fuzz-regressions/$t"; do
     [ -d "$seeds" ] && cp -n "$seeds"/* "corpus/$t/" 2>/dev/null || true

@@ -52,16 +52,34 @@ pub struct ApproveArgs {
     pub command: Vec<String>,
 }
 
+/// The smallest values under which a program can start at all; below them
+/// every run would spend a use and fail, so `approve` refuses them.
+pub const MIN_MEMORY_BYTES: u64 = 16 * 1024 * 1024;
+/// stdin, stdout, stderr, a `#!` script's fd 3, one for the dynamic loader.
+pub const MIN_OPEN_FILES: u64 = 5;
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// The latest expiry a lease can name: 9999-12-31T23:59:59Z (RFC 3339).
+const MAX_EXPIRY_SECS: u64 = 253_402_300_799;
+
+fn millis(flag: &str, d: Duration) -> Result<u64, String> {
+    u64::try_from(d.as_millis()).map_err(|_| {
+        format!(
+            "{flag} {}: too large (at most {} ms)",
+            humantime::format_duration(d),
+            u64::MAX
+        )
+    })
+}
+
 fn apply_overrides(mut l: Limits, o: &LimitOverrides) -> Result<Limits, String> {
-    let ms = |d: Duration| d.as_millis() as u64;
     if let Some(d) = o.wall_time {
-        l.wall_time_ms = ms(d);
+        l.wall_time_ms = millis("--wall-time", d)?;
     }
     if let Some(d) = o.kill_grace {
-        l.kill_grace_ms = ms(d);
+        l.kill_grace_ms = millis("--kill-grace", d)?;
     }
     if let Some(d) = o.cancel_grace {
-        l.cancel_grace_ms = ms(d);
+        l.cancel_grace_ms = millis("--cancel-grace", d)?;
     }
     if let Some(d) = o.cpu_time {
         l.cpu_time_s = d.as_secs().max(1);
@@ -77,17 +95,47 @@ fn apply_overrides(mut l: Limits, o: &LimitOverrides) -> Result<Limits, String> 
     set(&mut l.max_file_size_bytes, o.max_file_size);
     set(&mut l.keep_output_bytes, o.keep_output);
     set(&mut l.output_cap_bytes, o.output_cap);
-    for (name, v) in [
-        ("--wall-time", l.wall_time_ms),
-        ("--memory", l.memory_bytes),
-        ("--max-processes", l.max_processes),
-        ("--max-open-files", l.max_open_files),
+    for (name, v, min, why) in [
+        ("--wall-time", l.wall_time_ms, 1, "1ms"),
+        ("--max-processes", l.max_processes, 1, "1 (the program itself)"),
+        (
+            "--memory",
+            l.memory_bytes,
+            MIN_MEMORY_BYTES,
+            "16MiB (the smallest address space in which a dynamically linked program reliably starts)",
+        ),
+        (
+            "--max-open-files",
+            l.max_open_files,
+            MIN_OPEN_FILES,
+            "5 (stdin, stdout, stderr, a script's fd and one for the dynamic loader)",
+        ),
     ] {
-        if v == 0 {
-            return Err(format!("{name} must be greater than zero"));
+        if v < min {
+            return Err(format!(
+                "{name} {v}: nothing can run under it; the minimum that works is {why}"
+            ));
         }
     }
     Ok(l)
+}
+
+/// `issued + ttl`, refused when no program could use it (below 1s) or it
+/// would pass the latest time a lease can name.
+fn expiry(issued: SystemTime, ttl: Duration) -> Result<SystemTime, String> {
+    let shown = humantime::format_duration(ttl);
+    if ttl < MIN_TTL {
+        return Err(format!(
+            "--ttl {shown}: the lease would expire before any run; the minimum that works is 1s"
+        ));
+    }
+    let latest = SystemTime::UNIX_EPOCH + Duration::from_secs(MAX_EXPIRY_SECS);
+    issued
+        .checked_add(ttl)
+        .filter(|t| *t <= latest)
+        .ok_or_else(|| {
+            format!("--ttl {shown}: the lease would expire after 9999-12-31T23:59:59Z, the latest time a lease can name; give a shorter --ttl")
+        })
 }
 
 fn parse_user(s: &str) -> Result<UserSpec, String> {
@@ -193,9 +241,10 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         pid_namespace: a.pid_namespace,
     };
     if a.uses == 0 {
-        return Err("--uses must be at least 1".into());
+        return Err("--uses 0: nothing could run; the minimum that works is 1".into());
     }
     let now = SystemTime::now();
+    let expires = expiry(now, a.ttl)?;
     let approver = a
         .approver
         .clone()
@@ -214,7 +263,7 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         isolation,
         approver,
         issued_at: humantime::format_rfc3339_seconds(now).to_string(),
-        expires_at: humantime::format_rfc3339_seconds(now + a.ttl).to_string(),
+        expires_at: humantime::format_rfc3339_seconds(expires).to_string(),
         max_uses: a.uses,
     };
     eprint!("{}", summary(&body, a.ttl));

@@ -34,9 +34,12 @@ impl LoadedGoal {
     }
 }
 
+/// Size bound of a goal file.
+pub const MAX_GOAL_BYTES: u64 = 1024 * 1024;
+
 pub fn load(path: &Path) -> Result<LoadedGoal, String> {
-    let bytes =
-        crate::safe_io::read_regular(path).map_err(|e| format!("goal {}: {e}", path.display()))?;
+    let bytes = crate::journal::read_bounded(path, MAX_GOAL_BYTES)
+        .map_err(|e| format!("goal {}: {e}", path.display()))?;
     from_bytes(&format!("goal {}", path.display()), &bytes)
 }
 
@@ -51,6 +54,11 @@ pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, String> {
     }
     if goal.id.is_empty() {
         return Err(format!("{what}: field `id` is empty"));
+    }
+    if goal.criteria.is_empty() {
+        return Err(format!(
+            "{what}: field `criteria` is empty: a goal needs at least one mandatory criterion"
+        ));
     }
     for c in &goal.criteria {
         if let Criterion::File {

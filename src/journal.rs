@@ -346,9 +346,11 @@ fn checkpoint_key(state_dir: &Path) -> Option<[u8; 32]> {
     }
 }
 
-/// Read a whole file, refusing one larger than `max` bytes.
+/// Read a whole input file, refusing one larger than `max` bytes. It is
+/// opened as `safe_io::open_regular` does: non-blocking, and it must be a
+/// regular file (a FIFO or device never blocks or streams forever).
 pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    let f = File::open(path)?;
+    let f = crate::safe_io::open_regular(path, true)?;
     let mut out = Vec::new();
     f.take(max.saturating_add(1)).read_to_end(&mut out)?;
     if out.len() as u64 > max {
@@ -659,6 +661,21 @@ pub fn attempts_of(entries: &[Entry], state_dir: &Path) -> Vec<AttemptSummary> {
         }
     }
     out
+}
+
+/// The state after folding the records in `bytes` onto `after` (as
+/// `Journal::open` does past a checkpoint): fuzzing entry for checkpoints.
+pub fn fold_after(
+    path: &Path,
+    bytes: &[u8],
+    after: &Summary,
+    first_line: usize,
+) -> Result<Summary, JournalError> {
+    let mut s = after.clone();
+    for e in parse_chain_from(path, bytes, after, first_line)? {
+        s.fold(&e);
+    }
+    Ok(s)
 }
 
 /// Check a whole journal's bytes; the number of records (fuzzing entry).
@@ -1067,4 +1084,359 @@ fn summary_difference(derived: &Summary, claimed: &Summary) -> String {
         d.push("open attempts differ".into());
     }
     d.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn revocation(i: usize) -> Event {
+        Event::Revocation {
+            lease_id: format!("lease-{i}"),
+            by: "t".into(),
+        }
+    }
+
+    fn journal_path(state: &Path) -> PathBuf {
+        state.join("journal").join(journal_file_name("g"))
+    }
+
+    fn append_n(state: &Path, n: usize) {
+        let mut j = Journal::open(state, "g").unwrap();
+        for i in 0..n {
+            j.append(revocation(i)).unwrap();
+        }
+    }
+
+    fn saved(state: &Path) -> Option<Checkpoint> {
+        let raw = fs::read(checkpoint_path(&journal_path(state))).ok()?;
+        serde_json::from_slice(&raw).ok()
+    }
+
+    /// Exactly 16 unsummarised records make `open` save a checkpoint; 15
+    /// do not.
+    #[test]
+    fn sixteen_records_save_a_checkpoint_fifteen_do_not() {
+        let d = tempfile::tempdir().unwrap();
+        append_n(d.path(), 15);
+        drop(Journal::open(d.path(), "g").unwrap());
+        assert!(saved(d.path()).is_none(), "saved after 15");
+        append_n(d.path(), 1);
+        let j = Journal::open(d.path(), "g").unwrap();
+        assert_eq!(j.lines, 16);
+        drop(j);
+        let cp = saved(d.path()).expect("no checkpoint after 16 records");
+        assert_eq!((cp.lines, cp.summary.next_seq), (16, 16));
+        assert_eq!(cp.summary.revoked.len(), 15); // lease-0..14, then lease-0 again
+        if std::env::var_os("UPDATE_FUZZ_SEEDS").is_some() {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/checkpoint");
+            fs::write(dir.join("sixteen.json"), serde_json::to_vec(&cp).unwrap()).unwrap();
+            let mut max = cp.clone();
+            max.summary.next_seq = u64::MAX;
+            fs::write(
+                dir.join("next-seq-max.json"),
+                serde_json::to_vec(&max).unwrap(),
+            )
+            .unwrap();
+        }
+    }
+
+    /// A trusted checkpoint is loaded: the next open parses only the tail
+    /// (15 records, so it does not re-checkpoint). Were it not loaded, the
+    /// 31-record parse would overwrite it.
+    #[test]
+    fn a_saved_checkpoint_is_loaded_and_only_the_tail_parsed() {
+        let d = tempfile::tempdir().unwrap();
+        append_n(d.path(), 16);
+        drop(Journal::open(d.path(), "g").unwrap());
+        let first = saved(d.path()).unwrap();
+        append_n(d.path(), 15);
+        let j = Journal::open(d.path(), "g").unwrap();
+        assert_eq!(j.lines, 31);
+        assert_eq!(j.summary.next_seq, 31);
+        assert_eq!(j.summary.revoked.len(), 16); // lease-0..15, then 0..14 again
+        drop(j);
+        assert_eq!(
+            saved(d.path()).unwrap().len,
+            first.len,
+            "re-parsed from zero"
+        );
+        // One more record: the tail reaches 16 and a new checkpoint is saved.
+        append_n(d.path(), 1);
+        drop(Journal::open(d.path(), "g").unwrap());
+        assert_eq!(saved(d.path()).unwrap().lines, 32);
+    }
+
+    fn setup_checkpoint() -> (tempfile::TempDir, Checkpoint, [u8; 32], Vec<u8>) {
+        let d = tempfile::tempdir().unwrap();
+        append_n(d.path(), 16);
+        drop(Journal::open(d.path(), "g").unwrap());
+        let cp = saved(d.path()).unwrap();
+        let key = read_checkpoint_key(d.path()).unwrap();
+        let bytes = fs::read(journal_path(d.path())).unwrap();
+        (d, cp, key, bytes)
+    }
+
+    fn remac(cp: &mut Checkpoint, key: &[u8; 32]) {
+        cp.mac = hex::encode(hmac_sha256(key, &cp.mac_input()));
+    }
+
+    #[test]
+    fn each_checkpoint_condition_alone_refuses_it() {
+        let (d, cp, key, bytes) = setup_checkpoint();
+        assert!(checkpoint_trusted(&cp, &key, &bytes));
+        assert!(load_checkpoint(&journal_path(d.path()), &bytes).is_some());
+        // The MAC alone.
+        let mut c = cp.clone();
+        c.summary.uses.insert("x".into(), 0);
+        assert!(
+            !checkpoint_trusted(&c, &key, &bytes),
+            "unauthenticated edit"
+        );
+        remac(&mut c, &key);
+        assert!(!checkpoint_trusted(&c, &[1u8; 32], &bytes), "another key");
+        // Each other condition, with a valid MAC.
+        let mut c = cp.clone();
+        c.v = 1;
+        remac(&mut c, &key);
+        assert!(!checkpoint_trusted(&c, &key, &bytes), "version");
+        let mut c = cp.clone();
+        c.len = bytes.len() as u64 + 1;
+        remac(&mut c, &key);
+        assert!(
+            !checkpoint_trusted(&c, &key, &bytes),
+            "longer than the file"
+        );
+        let mut edited = bytes.clone();
+        edited[5] ^= 1;
+        assert!(!checkpoint_trusted(&cp, &key, &edited), "prefix edited");
+        let mut c = cp.clone();
+        c.summary.next_seq = 17;
+        remac(&mut c, &key);
+        assert!(!checkpoint_trusted(&c, &key, &bytes), "next_seq not bound");
+        let mut c = cp.clone();
+        c.summary.last_digest = GENESIS.into();
+        remac(&mut c, &key);
+        assert!(
+            !checkpoint_trusted(&c, &key, &bytes),
+            "last digest not bound"
+        );
+        let mut c = cp.clone();
+        c.lines = 15;
+        remac(&mut c, &key);
+        assert!(
+            !checkpoint_trusted(&c, &key, &bytes),
+            "line count not bound"
+        );
+        // A checkpoint of a shorter prefix (a true one) is still trusted.
+        let first_line_end = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+        let one = parse_chain(Path::new("t"), &bytes[..first_line_end]).unwrap();
+        let mut s = Summary::new();
+        s.fold(&one[0]);
+        let mut c = Checkpoint {
+            v: CHECKPOINT_VERSION,
+            len: first_line_end as u64,
+            lines: 1,
+            prefix_sha256: sha256_hex(&bytes[..first_line_end]),
+            summary: s,
+            mac: String::new(),
+        };
+        remac(&mut c, &key);
+        assert!(checkpoint_trusted(&c, &key, &bytes));
+        // The file on disk with its MAC broken is not loaded.
+        let mut c = cp.clone();
+        c.mac = "00".repeat(32);
+        fs::write(
+            checkpoint_path(&journal_path(d.path())),
+            serde_json::to_vec(&c).unwrap(),
+        )
+        .unwrap();
+        assert!(load_checkpoint(&journal_path(d.path()), &bytes).is_none());
+    }
+
+    /// Line numbers and sequence arithmetic when continuing a chain.
+    #[test]
+    fn continuing_a_chain_checks_and_numbers_from_the_checkpoint() {
+        let d = tempfile::tempdir().unwrap();
+        append_n(d.path(), 3);
+        let bytes = fs::read(journal_path(d.path())).unwrap();
+        let all = parse_chain(Path::new("t"), &bytes).unwrap();
+        assert_eq!(
+            all.iter().map(|e| e.record.seq).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        let cut = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+        let mut after = Summary::new();
+        after.fold(&all[0]);
+        let tail = parse_chain_from(Path::new("t"), &bytes[cut..], &after, 1).unwrap();
+        assert_eq!(tail.len(), 2);
+        assert_eq!(tail[0].record.seq, 1);
+        // The wrong position: sequence mismatch reported at line 1 + 1.
+        let wrong = Summary {
+            next_seq: 5,
+            ..after.clone()
+        };
+        match parse_chain_from(Path::new("t"), &bytes[cut..], &wrong, 1) {
+            Err(JournalError::Corrupt { line, detail, .. }) => {
+                assert_eq!(line, 2);
+                assert!(detail.contains("sequence 1 where 5"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A torn tail is reported at its own line number.
+        let torn = &bytes[cut..bytes.len() - 1];
+        match parse_chain_from(Path::new("t"), torn, &after, 1) {
+            Err(JournalError::Corrupt { line, .. }) => assert_eq!(line, 3),
+            other => panic!("{other:?}"),
+        }
+        // A broken link on the second record of the tail.
+        let mut edited = bytes[cut..].to_vec();
+        let second = edited.iter().position(|b| *b == b'\n').unwrap() + 1;
+        let prev_at = second
+            + edited[second..]
+                .windows(7)
+                .position(|w| w == b"\"prev\":")
+                .unwrap()
+            + 8;
+        edited[prev_at] = if edited[prev_at] == b'0' { b'1' } else { b'0' };
+        match parse_chain_from(Path::new("t"), &edited, &after, 1) {
+            Err(JournalError::Corrupt { line, detail, .. }) => {
+                assert_eq!(line, 3);
+                assert!(detail.contains("hash chain"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `next_seq` at `u64::MAX` is exhausted, never an overflow.
+    #[test]
+    fn sequence_numbers_never_overflow() {
+        let d = tempfile::tempdir().unwrap();
+        append_n(d.path(), 1);
+        let bytes = fs::read(journal_path(d.path())).unwrap();
+        let at_max = Summary {
+            next_seq: u64::MAX,
+            ..Summary::new()
+        };
+        let line = String::from_utf8(bytes.clone())
+            .unwrap()
+            .replace("\"seq\":0", &format!("\"seq\":{}", u64::MAX));
+        assert!(parse_chain_from(Path::new("t"), line.as_bytes(), &at_max, 0).is_err());
+        let mut j = Journal::open(d.path(), "g").unwrap();
+        j.summary.next_seq = u64::MAX;
+        assert!(matches!(
+            j.append(revocation(0)),
+            Err(JournalError::Corrupt { .. })
+        ));
+        let e = Entry {
+            record: Record {
+                v: 1,
+                seq: u64::MAX,
+                prev: GENESIS.into(),
+                at: "x".into(),
+                event: revocation(0),
+            },
+            digest: GENESIS.into(),
+        };
+        let mut s = Summary::new();
+        s.fold(&e);
+        assert_eq!(s.next_seq, u64::MAX);
+        crate::fuzzing::checkpoint(
+            &serde_json::to_vec(&Checkpoint {
+                v: CHECKPOINT_VERSION,
+                len: 0,
+                lines: 0,
+                prefix_sha256: String::new(),
+                summary: at_max,
+                mac: String::new(),
+            })
+            .unwrap(),
+        );
+    }
+
+    /// A result of class `unknown` keeps its attempt open; any other
+    /// result, or a resolution, closes it.
+    #[test]
+    fn an_unknown_result_keeps_the_attempt_open() {
+        let d = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(d.path(), "g").unwrap();
+        let goal = GoalRef {
+            id: "g".into(),
+            revision: 1,
+            sha256: "s".into(),
+        };
+        let exe = crate::model::ExecutableIdentity {
+            requested: "x".into(),
+            canonical_path: "/x".into(),
+            symlink_chain: vec![],
+            device: 0,
+            inode: 0,
+            size: 0,
+            mode: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            sha256: String::new(),
+            interpreter: None,
+        };
+        let dir = DirIdentity {
+            path: "/".into(),
+            device: 0,
+            inode: 0,
+            creation: None,
+        };
+        for (a, class) in [("a1", OutcomeClass::Unknown), ("a2", OutcomeClass::Exited)] {
+            j.append(Event::Executing {
+                attempt_id: a.into(),
+                lease_id: "l".into(),
+                lease_fingerprint: "f".into(),
+                goal: goal.clone(),
+                use_number: 1,
+                max_uses: 1,
+                runner_pid: 1,
+                executable: Box::new(exe.clone()),
+                cwd: Box::new(dir.clone()),
+            })
+            .unwrap();
+            j.append(Event::Result {
+                attempt_id: a.into(),
+                outcome: class,
+                reason: None,
+                exit_code: None,
+                signal: None,
+                cleanup: CleanupState::Gone,
+                receipt_sha256: "r".into(),
+            })
+            .unwrap();
+        }
+        let open = j.open_attempts(d.path());
+        assert_eq!(open.len(), 1);
+        assert_eq!(open[0].attempt_id, "a1");
+        assert_eq!(open[0].state, AttemptState::Unknown);
+        // Lease l spent 2 uses of 1: journal verify's invariant says so.
+        drop(j);
+        let bytes = fs::read(journal_path(d.path())).unwrap();
+        let a = audit(&journal_path(d.path()), &bytes).unwrap();
+        assert_eq!(a.blocking, ["a1"]);
+        assert!(
+            a.problems.iter().any(|p| p.contains("spent use 2 of 1")),
+            "{:?}",
+            a.problems
+        );
+        assert!(
+            a.problems
+                .iter()
+                .any(|p| p.contains("unknown outcome was unresolved")),
+            "{:?}",
+            a.problems
+        );
+        let mut j = Journal::open(d.path(), "g").unwrap();
+        j.append(Event::Resolution {
+            attempt_id: "a1".into(),
+            classification: Classification::Failed,
+            by: "p".into(),
+            note: None,
+        })
+        .unwrap();
+        assert!(j.open_attempts(d.path()).is_empty());
+    }
 }

@@ -30,6 +30,7 @@ pub mod env;
 pub mod escape;
 pub mod exit_code;
 pub mod fault;
+pub mod fuzzing;
 pub mod goal;
 pub mod identity;
 pub mod isolation;
@@ -38,6 +39,7 @@ pub mod lease;
 pub mod limits;
 pub mod model;
 pub mod operator;
+pub mod out;
 pub mod reach;
 pub mod receipt;
 pub mod run;
@@ -161,10 +163,10 @@ pub fn cli_main() -> i32 {
                 command: a.command,
             };
             match approve::approve(args) {
-                Ok(id) => {
-                    println!("{id}");
-                    0
-                }
+                Ok(id) => match outln!("{id}") {
+                    Ok(()) => 0,
+                    Err(e) => usage_error(e),
+                },
                 Err(e) => usage_error(e),
             }
         }
@@ -224,15 +226,16 @@ pub fn cli_main() -> i32 {
                 } else {
                     format.unwrap_or(VerifyFormat::Text)
                 };
-                match format {
+                let text = match format {
                     VerifyFormat::Json => {
-                        println!("{}", serde_json::to_string(&v).unwrap_or_default());
+                        format!("{}\n", serde_json::to_string(&v).unwrap_or_default())
                     }
                     VerifyFormat::Text => {
-                        println!("{}", v.verdict);
+                        let mut t = format!("{}\n", v.verdict);
                         for u in &v.unmet {
-                            println!("{}", escape::visible(u));
+                            t.push_str(&format!("{}\n", escape::visible(u)));
                         }
+                        t
                     }
                     VerifyFormat::Markdown => {
                         // The goal loaded a moment ago by verify: its criteria
@@ -244,8 +247,13 @@ pub fn cli_main() -> i32 {
                         let g = &loaded.goal;
                         let rows = view::verify_rows(&g.criteria, &v.unmet, state_dir.is_some());
                         let label = format!("goal {:?} revision {}", g.id, g.revision);
-                        print!("{}", view::verify_markdown(v.verdict, &label, &rows));
+                        view::verify_markdown(v.verdict, &label, &rows)
                     }
+                };
+                // A closed stdout is an ordinary error: the verdict was not
+                // delivered, so neither 0 nor 1.
+                if let Err(e) = out::write(&text) {
+                    return usage_error(e);
                 }
                 if v.done() {
                     0

@@ -27,10 +27,10 @@ pub fn receipt_show(path: &Path, format: ReceiptFormat) -> Result<(), String> {
     let env = receipt::read_envelope(path)?;
     if format == ReceiptFormat::Json {
         let stmt = receipt::decode_statement(&env)?;
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&stmt).map_err(|e| e.to_string())?
-        );
+        )?;
         return Ok(());
     }
     // The human views read plain JSON, so a field added by another release
@@ -47,7 +47,7 @@ pub fn receipt_show(path: &Path, format: ReceiptFormat) -> Result<(), String> {
         ReceiptFormat::Markdown => view::receipt_markdown(&stmt),
         _ => view::receipt_text(&stmt),
     };
-    print!("{text}");
+    crate::out!("{text}")?;
     Ok(())
 }
 
@@ -55,16 +55,20 @@ pub fn journal_list(state_dir: &Path, json: bool) -> Result<(), String> {
     let entries = journal::read_all(state_dir).map_err(|e| e.to_string())?;
     let attempts = journal::attempts_of(&entries, state_dir);
     if json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&attempts).map_err(|e| e.to_string())?
-        );
+        )?;
         return Ok(());
     }
-    println!(
+    crate::outln!(
         "{:<26} {:<28} {:<20} {:<9} {:<20} STARTED",
-        "ATTEMPT", "LEASE", "GOAL", "STATE", "OUTCOME"
-    );
+        "ATTEMPT",
+        "LEASE",
+        "GOAL",
+        "STATE",
+        "OUTCOME"
+    )?;
     for a in attempts {
         let state = serde_json::to_value(a.state)
             .ok()
@@ -92,7 +96,7 @@ pub fn journal_list(state_dir: &Path, json: bool) -> Result<(), String> {
             outcome,
             a.started_at
         );
-        println!("{}", escape::visible(&line));
+        crate::outln!("{}", escape::visible(&line))?;
     }
     Ok(())
 }
@@ -118,15 +122,15 @@ pub fn journal_show(state_dir: &Path, attempt: &str, json: bool) -> Result<bool,
         .find(|a| a.attempt_id == attempt);
     let doc = serde_json::json!({ "attempt": summary, "records": records });
     if json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string(&doc).map_err(|e| e.to_string())?
-        );
+        )?;
     } else {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
-        );
+        )?;
     }
     Ok(true)
 }
@@ -138,7 +142,7 @@ pub fn journal_verify(state_dir: &Path) -> Result<bool, String> {
     let results = match journal::verify_all(state_dir) {
         Ok(r) => r,
         Err(e) => {
-            println!("BROKEN  {e}");
+            crate::outln!("BROKEN  {e}")?;
             return Ok(false);
         }
     };
@@ -152,17 +156,17 @@ pub fn journal_verify(state_dir: &Path) -> Result<bool, String> {
         match audit {
             Err(e) => {
                 ok = false;
-                println!("BROKEN  {e}");
+                crate::outln!("BROKEN  {e}")?;
             }
             Ok(a) if !a.problems.is_empty() => {
                 ok = false;
                 for p in &a.problems {
-                    println!("BROKEN  {}: {p}", path.display());
+                    crate::outln!("BROKEN  {}: {p}", path.display())?;
                 }
             }
             Ok(a) => {
                 let spent: u64 = a.summary.uses.values().sum();
-                println!(
+                crate::outln!(
                     "ok      {} ({} records; re-derived: {} use(s) spent, {} unknown attempt(s) blocking{})",
                     path.display(),
                     a.records,
@@ -173,15 +177,15 @@ pub fn journal_verify(state_dir: &Path) -> Result<bool, String> {
                     } else {
                         format!(": {}", a.blocking.join(", "))
                     }
-                );
+                )?;
                 for n in &a.notes {
-                    println!("note    {}: {n}", path.display());
+                    crate::outln!("note    {}: {n}", path.display())?;
                 }
             }
         }
     }
     if results.is_empty() {
-        println!("ok      no journal in {}", state_dir.display());
+        crate::outln!("ok      no journal in {}", state_dir.display())?;
     }
     Ok(ok)
 }

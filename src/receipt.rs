@@ -78,8 +78,11 @@ pub fn seal(stmt: &Statement, key: Option<&SigningKey>) -> (Envelope, String) {
     )
 }
 
+/// Size bound of a receipt file (kept output is bounded per stream).
+pub const MAX_RECEIPT_BYTES: u64 = 64 * 1024 * 1024;
+
 pub fn read_envelope(path: &Path) -> Result<Envelope, String> {
-    let bytes = crate::safe_io::read_regular(path)
+    let bytes = crate::journal::read_bounded(path, MAX_RECEIPT_BYTES)
         .map_err(|e| format!("receipt {}: {e}", path.display()))?;
     parse_json(&format!("receipt {}", path.display()), &bytes)
 }

@@ -29,7 +29,7 @@ use crate::safe_io::WriteTarget;
 use crate::scratch::Scratch;
 use crate::supervise::{self, Ending, RunResult, SuperviseError};
 use crate::sys::{ChildStep, SpawnSpec};
-use crate::{env, escape, exit_code, fault, isolation, lease, reach, receipt, safe_io, sign};
+use crate::{env, escape, exit_code, fault, isolation, lease, reach, receipt, sign};
 
 pub struct RunArgs {
     pub goal: PathBuf,
@@ -278,14 +278,26 @@ fn selection(args: &RunArgs) -> Result<Selection, String> {
     Ok(Selection::Request(request))
 }
 
+/// Size bound of a request (a file or stdin).
+pub const MAX_REQUEST_BYTES: u64 = 1024 * 1024;
+
 pub fn read_request(src: &str) -> Result<Request, String> {
     let (what, bytes) = if src == "-" {
         let mut b = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
-            .map_err(|e| format!("request (stdin): {e}"))?;
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(std::io::stdin(), MAX_REQUEST_BYTES + 1),
+            &mut b,
+        )
+        .map_err(|e| format!("request (stdin): {e}"))?;
+        if b.len() as u64 > MAX_REQUEST_BYTES {
+            return Err(format!(
+                "request (stdin): larger than the {MAX_REQUEST_BYTES}-byte bound"
+            ));
+        }
         ("request (stdin)".to_string(), b)
     } else {
-        let b = safe_io::read_regular(Path::new(src)).map_err(|e| format!("request {src}: {e}"))?;
+        let b = journal::read_bounded(Path::new(src), MAX_REQUEST_BYTES)
+            .map_err(|e| format!("request {src}: {e}"))?;
         (format!("request {src}"), b)
     };
     let r: Request = crate::model::parse_json(&what, &bytes)?;

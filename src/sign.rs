@@ -56,11 +56,35 @@ pub fn keyid(key: &VerifyingKey) -> String {
     sha256_hex(canonical.as_bytes())
 }
 
-pub fn load_signing_key(path: &Path) -> Result<SigningKey, KeyError> {
-    let pem = crate::safe_io::read_regular_string(path).map_err(|source| KeyError::Read {
+/// Size bound of a PEM key file.
+pub const MAX_KEY_BYTES: u64 = 64 * 1024;
+
+fn read_pem(path: &Path) -> Result<String, KeyError> {
+    let bytes =
+        crate::journal::read_bounded(path, MAX_KEY_BYTES).map_err(|source| KeyError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+    String::from_utf8(bytes).map_err(|e| KeyError::Read {
         path: path.display().to_string(),
-        source,
-    })?;
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })
+}
+
+/// A private key from PKCS#8 PEM text.
+pub fn signing_key_from_pem(pem: &str) -> Option<SigningKey> {
+    SigningKey::from_pkcs8_pem(pem).ok()
+}
+
+/// A public key from SPKI PEM text, or the public half of a private key.
+pub fn verifying_key_from_pem(pem: &str) -> Option<VerifyingKey> {
+    VerifyingKey::from_public_key_pem(pem)
+        .ok()
+        .or_else(|| signing_key_from_pem(pem).map(|k| k.verifying_key()))
+}
+
+pub fn load_signing_key(path: &Path) -> Result<SigningKey, KeyError> {
+    let pem = read_pem(path)?;
     SigningKey::from_pkcs8_pem(&pem).map_err(|e| KeyError::Format {
         path: path.display().to_string(),
         kind: "private (PKCS#8)",
@@ -69,10 +93,7 @@ pub fn load_signing_key(path: &Path) -> Result<SigningKey, KeyError> {
 }
 
 pub fn load_verifying_key(path: &Path) -> Result<VerifyingKey, KeyError> {
-    let pem = crate::safe_io::read_regular_string(path).map_err(|source| KeyError::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let pem = read_pem(path)?;
     if let Ok(k) = VerifyingKey::from_public_key_pem(&pem) {
         return Ok(k);
     }

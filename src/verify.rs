@@ -62,7 +62,7 @@ pub fn verify(
 ) -> Result<Verdict, String> {
     let goal = goal::load(goal_path)?;
     let trust = sign::load_verifying_key(trust_path).map_err(|e| e.to_string())?;
-    let bytes = crate::safe_io::read_regular(receipt_path)
+    let bytes = crate::journal::read_bounded(receipt_path, crate::receipt::MAX_RECEIPT_BYTES)
         .map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
     let mut v = judge(&goal, &bytes, &trust, state_dir);
     v.key_in_reach_allowed = allow_key_in_reach;
@@ -74,6 +74,49 @@ pub fn verify(
         }
     }
     Ok(v)
+}
+
+/// The goal the `verify_envelope` fuzz target judges against.
+pub const FUZZ_GOAL: &[u8] =
+    br#"{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{"kind":"exit_code","equals":0}]}"#;
+/// The secret key bytes whose public half the `verify_envelope` target
+/// trusts; its seeds are signed with it, so mutations reach the judgement.
+pub const FUZZ_KEY: [u8; 32] = [7u8; 32];
+
+/// The fuzz target's invariant: a verdict, never a panic, and
+/// VERIFIED_DONE only for an envelope the trusted key signed, whose
+/// statement is for this goal and says `exited` with code 0.
+pub fn fuzz_verify_envelope(data: &[u8]) {
+    let key = ed25519_dalek::SigningKey::from_bytes(&FUZZ_KEY).verifying_key();
+    let v = judge_bytes(FUZZ_GOAL, data, &key);
+    if v.done() {
+        let env: crate::model::Envelope =
+            serde_json::from_slice(data).unwrap_or_else(|e| panic!("verified a non-envelope: {e}"));
+        let payload = sign::verify_envelope(&env, &key)
+            .unwrap_or_else(|e| panic!("verified bytes the key did not sign: {e}"));
+        let stmt: Statement = serde_json::from_slice(&payload)
+            .unwrap_or_else(|e| panic!("verified an unreadable statement: {e}"));
+        let o = &stmt.predicate.outcome;
+        assert_eq!(
+            o.class,
+            OutcomeClass::Exited,
+            "verified a non-exited outcome"
+        );
+        assert_eq!(o.exit_code, Some(0), "verified a failing exit code");
+        assert_eq!(
+            stmt.predicate
+                .signing
+                .as_ref()
+                .map(|s| s.key_out_of_child_reach),
+            Some(true),
+            "verified a receipt whose key was in the child's reach"
+        );
+        assert_eq!(
+            stmt.predicate.goal.as_ref().map(|g| g.sha256.clone()),
+            Some(sign::sha256_hex(FUZZ_GOAL)),
+            "verified a receipt of another goal"
+        );
+    }
 }
 
 /// `verify` without files (fuzzing entry): goal bytes, receipt bytes, key.
@@ -351,5 +394,207 @@ fn cross_check_journal(state_dir: &Path, stmt: &Statement, payload: &[u8]) -> Op
             "the journal's result for attempt {attempt} names a different receipt"
         )),
         None => Some(format!("attempt {attempt} has no result record")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Journal;
+    use crate::model::{Envelope, GoalRef};
+    use ed25519_dalek::SigningKey;
+
+    fn seed_dir() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/verify_envelope")
+    }
+
+    /// A real receipt's statement (from the fuzz seeds), re-aimed at
+    /// `FUZZ_GOAL`.
+    fn template() -> Statement {
+        let env: Envelope =
+            serde_json::from_slice(&std::fs::read(seed_dir().join("receipt.json")).unwrap())
+                .unwrap();
+        let mut stmt = receipt::decode_statement(&env).unwrap();
+        stmt.predicate.goal = Some(GoalRef {
+            id: "g".into(),
+            revision: 1,
+            sha256: sign::sha256_hex(FUZZ_GOAL),
+        });
+        stmt.predicate.products.clear();
+        stmt.subject.retain(|s| !s.name.contains('/'));
+        if let Some(sg) = stmt.predicate.signing.as_mut() {
+            sg.key_out_of_child_reach = true;
+        }
+        stmt
+    }
+
+    fn signed(stmt: &Statement) -> (Vec<u8>, Vec<u8>) {
+        let key = SigningKey::from_bytes(&FUZZ_KEY);
+        let payload = serde_json::to_vec(stmt).unwrap();
+        let env = sign::sign_envelope(Some(&key), DSSE_PAYLOAD_TYPE, &payload);
+        (serde_json::to_vec_pretty(&env).unwrap(), payload)
+    }
+
+    fn judge_stmt(stmt: &Statement, state_dir: Option<&Path>) -> Verdict {
+        let goal = goal::from_bytes("goal", FUZZ_GOAL).unwrap();
+        let key = SigningKey::from_bytes(&FUZZ_KEY).verifying_key();
+        judge(&goal, &signed(stmt).0, &key, state_dir)
+    }
+
+    use crate::receipt;
+
+    /// The fuzz seeds are signed with the key the target trusts, so the
+    /// target's mutations reach everything after the signature check.
+    /// `UPDATE_FUZZ_SEEDS=1` rewrites them.
+    #[test]
+    fn fuzz_seeds_are_signed_with_the_target_key() {
+        let done = template();
+        let mut failed = template();
+        failed.predicate.outcome.exit_code = Some(1);
+        for (name, stmt, want_done) in [
+            ("signed-exited-0.json", &done, true),
+            ("signed-exited-1.json", &failed, false),
+        ] {
+            let path = seed_dir().join(name);
+            if std::env::var_os("UPDATE_FUZZ_SEEDS").is_some() {
+                std::fs::write(&path, signed(stmt).0).unwrap();
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            let key = SigningKey::from_bytes(&FUZZ_KEY).verifying_key();
+            let v = judge_bytes(FUZZ_GOAL, &bytes, &key);
+            assert_eq!(v.done(), want_done, "{name}: {:?}", v.unmet);
+            fuzz_verify_envelope(&bytes);
+        }
+    }
+
+    #[test]
+    fn the_template_verifies() {
+        let v = judge_stmt(&template(), None);
+        assert!(v.done(), "{:?}", v.unmet);
+    }
+
+    /// Each of the three format checks fails the verdict on its own.
+    #[test]
+    fn any_one_wrong_format_field_is_unmet() {
+        for i in 0..3 {
+            let mut s = template();
+            match i {
+                0 => s.type_ = "https://in-toto.io/Statement/v0.1".into(),
+                1 => s.predicate_type = "https://example.com/other".into(),
+                _ => s.predicate.schema = "governed-exec/receipt/v0".into(),
+            }
+            let v = judge_stmt(&s, None);
+            assert!(!v.done(), "field {i} alone passed");
+            assert!(
+                v.unmet.iter().any(|u| u.starts_with("format:")),
+                "{:?}",
+                v.unmet
+            );
+        }
+    }
+
+    /// Each goal field mismatch fails on its own.
+    #[test]
+    fn any_one_wrong_goal_field_is_unmet() {
+        for i in 0..3 {
+            let mut s = template();
+            let g = s.predicate.goal.as_mut().unwrap();
+            match i {
+                0 => g.id = "other".into(),
+                1 => g.revision = 2,
+                _ => g.sha256 = "00".repeat(32),
+            }
+            assert!(!judge_stmt(&s, None).done(), "goal field {i} alone passed");
+        }
+    }
+
+    #[test]
+    fn leftover_processes_fail_even_when_cleanup_is_gone() {
+        let goal = goal::from_bytes(
+            "goal",
+            br#"{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{"kind":"no_leftover_processes"}]}"#,
+        )
+        .unwrap();
+        let key = SigningKey::from_bytes(&FUZZ_KEY).verifying_key();
+        let mut s = template();
+        s.predicate.goal = Some(goal.reference());
+        s.predicate.cleanup.state = CleanupState::Gone;
+        s.predicate.cleanup.leftover_processes_killed = 0;
+        s.predicate.cleanup.evadable = false;
+        let v = judge(&goal, &signed(&s).0, &key, None);
+        assert!(v.done(), "{:?}", v.unmet);
+        s.predicate.cleanup.leftover_processes_killed = 1;
+        assert!(!judge(&goal, &signed(&s).0, &key, None).done());
+        s.predicate.cleanup.leftover_processes_killed = 0;
+        s.predicate.cleanup.state = CleanupState::NotConfirmed;
+        assert!(!judge(&goal, &signed(&s).0, &key, None).done());
+    }
+
+    fn executing(attempt: &str) -> Event {
+        Event::Executing {
+            attempt_id: attempt.into(),
+            lease_id: "lease-1".into(),
+            lease_fingerprint: "ff".into(),
+            goal: GoalRef {
+                id: "g".into(),
+                revision: 1,
+                sha256: sign::sha256_hex(FUZZ_GOAL),
+            },
+            use_number: 1,
+            max_uses: 9,
+            runner_pid: 1,
+            executable: Box::new(template().predicate.command.unwrap()),
+            cwd: Box::new(template().predicate.cwd.unwrap()),
+        }
+    }
+
+    fn result(attempt: &str, receipt_sha256: String) -> Event {
+        Event::Result {
+            attempt_id: attempt.into(),
+            outcome: OutcomeClass::Exited,
+            reason: None,
+            exit_code: Some(0),
+            signal: None,
+            cleanup: CleanupState::Gone,
+            receipt_sha256,
+        }
+    }
+
+    /// Two attempts in one journal: the receipt of the second is matched
+    /// with the second's records only, and a result naming another receipt
+    /// is caught.
+    #[test]
+    fn the_journal_cross_check_matches_the_right_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path(), "g").unwrap();
+        let mut first = template();
+        first.predicate.attempt_id = Some("att-1".into());
+        let d1 = j.append(executing("att-1")).unwrap();
+        first.predicate.journal_record_sha256 = Some(d1);
+        let (_, p1) = signed(&first);
+        j.append(result("att-1", sign::sha256_hex(&p1))).unwrap();
+
+        let mut second = template();
+        second.predicate.attempt_id = Some("att-2".into());
+        let d2 = j.append(executing("att-2")).unwrap();
+        second.predicate.journal_record_sha256 = Some(d2);
+        let (_, p2) = signed(&second);
+        // A result for att-2 that names the first receipt.
+        j.append(result("att-2", sign::sha256_hex(&p1))).unwrap();
+        drop(j);
+
+        assert_eq!(cross_check_journal(dir.path(), &first, &p1), None);
+        let why = cross_check_journal(dir.path(), &second, &p2).unwrap();
+        assert!(why.contains("names a different receipt"), "{why}");
+        // The first receipt presented as the second attempt's.
+        let mut swapped = first.clone();
+        swapped.predicate.attempt_id = Some("att-2".into());
+        let why = cross_check_journal(dir.path(), &swapped, &p1).unwrap();
+        assert!(why.contains("does not close"), "{why}");
+        let mut missing = first.clone();
+        missing.predicate.attempt_id = Some("att-9".into());
+        assert!(cross_check_journal(dir.path(), &missing, &p1)
+            .unwrap()
+            .contains("not in the journal"));
     }
 }

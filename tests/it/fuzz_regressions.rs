@@ -41,11 +41,21 @@ fn saved_fuzz_inputs_do_not_panic() {
     for d in inputs("parse_journal") {
         let _ = governed_exec::journal::parse_journal_bytes(Path::new("t.jsonl"), &d);
     }
-    let key = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]).verifying_key();
-    let goal = br#"{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[]}"#;
+    for d in inputs("checkpoint") {
+        governed_exec::fuzzing::checkpoint(&d);
+    }
+    for d in inputs("pem_key") {
+        governed_exec::fuzzing::pem_key(&d);
+    }
+    for d in inputs("lease") {
+        governed_exec::fuzzing::lease(&d);
+    }
+    for d in inputs("output_projection") {
+        governed_exec::fuzzing::output_projection(&d);
+    }
     let seeds = inputs("verify_envelope");
     assert!(!seeds.is_empty(), "the seed corpus is missing");
     for d in seeds {
-        assert!(!governed_exec::verify::judge_bytes(goal, &d, &key).done());
+        governed_exec::verify::fuzz_verify_envelope(&d);
     }
 }

@@ -503,3 +503,161 @@ fn journal_verify_on_an_unreadable_journal_directory_fails() {
     assert!(out.starts_with("BROKEN"), "{out}");
     assert!(out.contains("journal"), "{out}");
 }
+
+fn approve_fails(e: &Env, flags: &[&str]) -> String {
+    let o = output(&mut e.approve_cmd(flags, &["true"]));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!e.manifest.exists(), "{flags:?} wrote a lease");
+    assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
+    err
+}
+
+#[test]
+fn a_huge_ttl_is_a_clear_usage_error() {
+    let e = Env::new();
+    for ttl in ["10000years", "100000years", "500000000years"] {
+        let err = approve_fails(&e, &["--ttl", ttl]);
+        assert!(err.contains("--ttl"), "{err}");
+    }
+    let err = approve_fails(&e, &["--wall-time", "600000000years"]);
+    assert!(err.contains("--wall-time"), "{err}");
+}
+
+#[test]
+fn impossible_limits_are_refused_at_approve_with_the_minimum() {
+    let e = Env::new();
+    for (flags, min) in [
+        (&["--max-open-files", "1"][..], "5"),
+        (&["--memory", "1"][..], "16MiB"),
+        (&["--ttl", "0s"][..], "1s"),
+        (&["--uses", "0"][..], "1"),
+    ] {
+        let err = approve_fails(&e, flags);
+        assert!(err.contains(flags[0]), "{err}");
+        assert!(
+            err.contains(&format!("minimum that works is {min}")),
+            "{err}"
+        );
+    }
+    // The minimums themselves run.
+    let probe = ["sh", "-c", "echo ok"];
+    e.approve(
+        &["--max-open-files", "5", "--memory", "16MiB", "--ttl", "1m"],
+        &probe,
+    );
+    let r = e.run(&[], &probe);
+    assert_eq!((r.code, r.stdout_text()), (0, "ok\n"), "{}", r.stderr);
+}
+
+#[test]
+fn a_goal_with_no_criteria_is_rejected_everywhere() {
+    let e = Env::new();
+    e.approve(&[], &["false"]);
+    let (r, receipt) = e.run_to_file("r.json", &["false"]);
+    assert_eq!(r.code, 1);
+    e.set_goal(
+        r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1, "criteria": [] }"#,
+    );
+    let o = output(&mut e.approve_cmd(&[], &["false"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("criteria"));
+    let r = e.run(&[], &["false"]);
+    r.assert_refused("invalid_input");
+    assert!(r.stderr.contains("criteria"), "{}", r.stderr);
+    let o = output(e.verify_cmd(&receipt, &e.runner_pub()));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("criteria"));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("VERIFIED_DONE"));
+}
+
+#[test]
+fn verify_to_a_closed_stdout_is_an_ordinary_error() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let (_, receipt) = e.run_to_file("r.json", &["true"]);
+    let (rd, wr) = nix::unistd::pipe().unwrap();
+    drop(rd);
+    let o = output(
+        e.verify_cmd(&receipt, &e.runner_pub())
+            .stdout(std::process::Stdio::from(wr)),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("stdout"), "{err}");
+}
+
+#[test]
+fn inputs_read_whole_have_a_size_bound() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let big = e.path("big.json");
+    // Valid-looking JSON start, then 65 MiB of spaces: past every bound.
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(65 * 1024 * 1024).unwrap();
+    drop(f);
+    let bigs = big.to_str().unwrap();
+    let r = e.run(&["--request", bigs], &[]);
+    r.assert_refused("invalid_input");
+    assert!(r.stderr.contains("bound"), "{}", r.stderr);
+    let r = finish_run(output(
+        cmd()
+            .arg("run")
+            .arg("--goal")
+            .arg(&e.goal)
+            .arg("--manifest")
+            .arg(&big)
+            .arg("--trust")
+            .arg(&e.trust)
+            .arg("--state-dir")
+            .arg(&e.state)
+            .args(["--", "true"]),
+    ));
+    r.assert_refused("invalid_input");
+    assert!(
+        r.stderr.contains("manifest") && r.stderr.contains("bound"),
+        "{}",
+        r.stderr
+    );
+    let r = finish_run(output(
+        cmd()
+            .arg("run")
+            .arg("--goal")
+            .arg(&big)
+            .arg("--manifest")
+            .arg(&e.manifest)
+            .arg("--trust")
+            .arg(&e.trust)
+            .arg("--state-dir")
+            .arg(&e.state)
+            .args(["--", "true"]),
+    ));
+    r.assert_refused("invalid_input");
+    assert!(
+        r.stderr.contains("goal") && r.stderr.contains("bound"),
+        "{}",
+        r.stderr
+    );
+    for (what, c) in [
+        ("receipt", e.verify_cmd(&big, &e.trust)),
+        ("trust", e.verify_cmd(&e.goal, &big)),
+    ] {
+        let mut c = c;
+        let o = output(&mut c);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+        assert!(err.contains("bound"), "{what}: {err}");
+    }
+    // A request on stdin.
+    let mut c = e.run_cmd(&["--request", "-"], &[]);
+    c.stdin(std::fs::File::open(&big).unwrap());
+    let r = finish_run(output(c));
+    r.assert_refused("invalid_input");
+    assert!(
+        r.stderr.contains("stdin") && r.stderr.contains("bound"),
+        "{}",
+        r.stderr
+    );
+}
