@@ -113,6 +113,7 @@ pub fn prepare(
     writable: &[PathBuf],
     protect: &Protect<'_>,
 ) -> Result<Prepared, String> {
+    const CAP_SYS_ADMIN: u32 = 21;
     let euid = geteuid().as_raw();
     let creds = match req.as_user {
         Some(u) if euid != 0 => {
@@ -158,7 +159,6 @@ pub fn prepare(
     }
     // The PID namespace is created by the spawn itself (clone with
     // CLONE_NEWPID); here we only check that we hold what it needs.
-    const CAP_SYS_ADMIN: u32 = 21;
     if req.pid_namespace && !sys::has_effective_capability(CAP_SYS_ADMIN) {
         return Err(unavailable(
             "--pid-namespace",
@@ -169,15 +169,40 @@ pub fn prepare(
     // (the child is root until it drops to --as-user, and a uid-0 child stays
     // root): the runner's key and state dir, cgroupfs and host devices are
     // covered there, /proc is fresh in a PID namespace.
+    const CAP_SETPCAP: u32 = 8;
+    let root_child = euid == 0 && creds.is_none() && any_isolation(req);
+    if root_child && !sys::has_effective_capability(CAP_SETPCAP) {
+        return Err(unavailable(
+            "isolation for a uid-0 child",
+            "dropping the capabilities that would undo it from the bounding set needs CAP_SETPCAP, which governed-exec does not hold (use --as-user)",
+        ));
+    }
+    // The mount namespace needs CAP_SYS_ADMIN (a container without it still
+    // runs --as-user and --fs-write children; their receipts then say the
+    // key was covered by nothing but file modes).
     let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
-        let (plan, covered) = mount_plan(req, writable, protect)
-            .map_err(|e| unavailable("isolation for a root child", e))?;
-        (Some(plan), Some(covered))
+        if sys::has_effective_capability(CAP_SYS_ADMIN) {
+            let (plan, covered) = mount_plan(req, writable, protect)
+                .map_err(|e| unavailable("isolation for a root child", e))?;
+            sys::probe_mounts(&plan).map_err(|e| {
+                unavailable(
+                    "isolation for a root child",
+                    format!("setting up the child's mount namespace failed here: {e}"),
+                )
+            })?;
+            (Some(plan), Some(covered))
+        } else {
+            (
+                None,
+                Some(Err(
+                    "governed-exec lacks CAP_SYS_ADMIN to give the child a mount namespace that covers the key".to_string(),
+                )),
+            )
+        }
     } else {
         (None, None)
     };
-    let root_caps_keep =
-        (euid == 0 && creds.is_none() && any_isolation(req)).then(reach::root_keep_mask);
+    let root_caps_keep = root_child.then(reach::root_keep_mask);
     // A non-root runner under isolation: a child of its own uid is kept from
     // the key and the state dir by Landlock (which also forbids it to ptrace
     // the runner, outside its domain).

@@ -333,12 +333,18 @@ fn signing_report(
     let meta = std::fs::metadata(key_path).ok();
     let (owner, mode) = meta.map_or((u32::MAX, 0o777), |m| (m.uid(), m.mode()));
     let (out_of_reach, why) = if child_uid == 0 {
-        match (&prepared.key_covered, prepared.root_caps_keep) {
-            (Some(Ok(how)), Some(_)) => (
+        let kept = if prepared.creds.is_some() {
+            Some("no capability".to_string())
+        } else {
+            prepared
+                .root_caps_keep
+                .map(|_| format!("only {}", reach::root_keep_names().join(", ")))
+        };
+        match (&prepared.key_covered, kept) {
+            (Some(Ok(how)), Some(kept)) => (
                 true,
                 format!(
-                    "the child ran as uid 0 with only {} (no CAP_SYS_ADMIN to unmount, no CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_MKNOD, CAP_SYS_RAWIO, CAP_SETUID), in its own mount namespace: {how}, the state dir, cgroupfs and host device nodes covered; the runner is non-dumpable",
-                    reach::root_keep_names().join(", ")
+                    "the child ran as uid 0 with {kept} (no CAP_SYS_ADMIN to unmount, no CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_MKNOD, CAP_SYS_RAWIO, CAP_SETUID), in its own mount namespace: {how}, the state dir, cgroupfs and host device nodes covered; the runner is non-dumpable"
                 ),
             ),
             (Some(Err(why)), _) => (false, format!("the child runs as root: {why}")),
@@ -401,7 +407,10 @@ fn cleanup_witness(
         (
             witness,
             false,
-            "the child ran as uid 0 without CAP_SYS_ADMIN or CAP_SYS_PTRACE, in its own mount namespace (its mounts do not reach the runner's /proc); every descendant stays under the non-dumpable runner, a child subreaper".into(),
+            format!(
+                "the child ran as uid 0 without CAP_SYS_ADMIN or CAP_SYS_PTRACE{}: it cannot mount over the runner's /proc or ptrace the non-dumpable runner, and every descendant stays under the runner, a child subreaper",
+                if prepared.report.mount_namespace { ", in its own mount namespace" } else { "" }
+            ),
         )
     } else {
         (

@@ -434,6 +434,38 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     Ok(Spawned::Failed { step, errno })
 }
 
+/// Try `plan` in a throwaway child (fork, set up the mount namespace, exit),
+/// so a kernel or container that refuses a step is found before a use is
+/// spent. `Err` carries the failing errno.
+pub fn probe_mounts(plan: &MountPlan) -> io::Result<()> {
+    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let w = err_w.as_raw_fd();
+    // SAFETY: the child only runs `setup_mounts` (raw async-signal-safe
+    // syscalls on memory prepared before the fork) and then `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: we are the forked child; `setup_mounts` reports through
+        // `w` and exits on failure; on success we exit 0 at once.
+        unsafe {
+            setup_mounts(plan, w);
+            libc::_exit(0)
+        }
+    }
+    drop(err_w);
+    let mut report = [0u8; 5];
+    let n = read_full(err_r.as_raw_fd(), &mut report);
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+    match n? {
+        0 => Ok(()),
+        _ => Err(io::Error::from_raw_os_error(i32::from_ne_bytes([
+            report[1], report[2], report[3], report[4],
+        ]))),
+    }
+}
+
 fn read_full(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {

@@ -466,3 +466,77 @@ fn an_unprivileged_runner_keeps_its_key_from_an_isolated_child_of_its_own_uid() 
     assert_eq!(std::fs::read(&key).expect("key"), before);
     assert!(e.state.join("runner.pub").exists());
 }
+
+#[test]
+fn a_key_with_a_second_hard_link_is_reported_in_reach() {
+    require_root!("a_key_with_a_second_hard_link_is_reported_in_reach");
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let _ = e.run(&[], &["true"]);
+    let key = e.state.join("runner.key");
+    // A second name for the same inode, outside every covered path.
+    let link = e.path("key-link");
+    std::fs::hard_link(&key, &link).expect("link");
+    let script = format!("cat {} | head -1", link.display());
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--no-network"], &probe);
+    let r = e.run(&[], &probe);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    // The child did read it, and the receipt does not pretend otherwise.
+    assert!(
+        r.stdout_text().contains("PRIVATE KEY"),
+        "{}",
+        r.stdout_text()
+    );
+    let s = &r.predicate()["signing"];
+    assert_eq!(s["key_out_of_child_reach"], false, "{s}");
+    assert!(s["why"].as_str().unwrap_or("").contains("hard link"), "{s}");
+}
+
+#[test]
+fn a_root_runner_without_cap_sys_admin_still_runs_isolated_children_and_says_what_it_could_not_cover(
+) {
+    require_root!("a_root_runner_without_cap_sys_admin_still_runs_isolated_children…");
+    // A container's usual state: root without CAP_SYS_ADMIN.
+    let e = Env::new();
+    std::fs::set_permissions(
+        e.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(&e.ws, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    let without_admin = |flags: &[&str], probe: &[&str]| {
+        e.approve(flags, probe);
+        let inner = e.run_cmd(&[], probe);
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--bounding-set", "-sys_admin", "--"])
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .stdin(std::process::Stdio::null());
+        finish_run(output(&mut c))
+    };
+    let probe = ["sh", "-c", "grep CapEff /proc/self/status"];
+    let r = without_admin(&["--as-user", "65534"], &probe);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(r.predicate()["isolation"]["mount_namespace"], false);
+    assert_eq!(r.predicate()["signing"]["key_out_of_child_reach"], true);
+    let r = without_admin(&["--fs-write-scope"], &probe);
+    if r.reason() == "isolation_unavailable" && r.stderr.contains("Landlock") {
+        skip!("…without_cap_sys_admin: {}", r.stderr);
+        return;
+    }
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert!(
+        r.stdout_text().contains("CapEff:\t000000002004253b"),
+        "{}",
+        r.stdout_text()
+    );
+    let s = &r.predicate()["signing"];
+    assert_eq!(s["key_out_of_child_reach"], false, "{s}");
+    assert!(
+        s["why"].as_str().unwrap_or("").contains("CAP_SYS_ADMIN"),
+        "{s}"
+    );
+    assert_eq!(r.predicate()["cleanup"]["evadable"], false);
+}
