@@ -709,7 +709,7 @@ fn cheap_wins(f: &Fixture, o: &Opts) {
         words.extend(c.get_args().map(|a| format!("'{}'", a.to_string_lossy())));
         sh(&format!("{pre}exec {}", words.join(" ")))
     };
-    let marker = f.path("s-wins-sweep/cgroup-sweep");
+    let marker = f.path("s-wins-sweep/last-sweep");
     let sweeping = run_line(&format!("rm -f '{}'; ", marker.display()));
     let not_sweeping = run_line(": ; ");
     let mut cmds = [on_disk, on_tmpfs, sweeping, not_sweeping];
@@ -722,7 +722,7 @@ fn cheap_wins(f: &Fixture, o: &Opts) {
         ms(m[0]) - ms(m[1])
     );
     println!(
-        "   stale-cgroup sweep on every run {:.3} ms vs rate-limited {:.3} ms: saves {:.3} ms",
+        "   sweep of crashed runners' scratch and cgroups on every run {:.3} ms vs rate-limited {:.3} ms: saves {:.3} ms",
         ms(m[2]),
         ms(m[3]),
         ms(m[2]) - ms(m[3])

@@ -19,28 +19,38 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 struct Group {
     dir: PathBuf,
     /// v1: the `tasks` file (write-only); v2: the directory itself.
     join: File,
+    /// Sweep crashed runners' groups beside this one when it is removed.
+    sweep: bool,
 }
 
+/// An empty group older than this is a crashed runner's: a live run's group
+/// is either populated or younger than that.
+const STALE_AFTER: Duration = Duration::from_secs(60);
+
 /// Groups of crashed runners are left behind (no Drop ran). Remove sibling
-/// groups that are empty and older than a minute: a live run's group is
-/// either populated or younger than that.
+/// groups that are empty and older than [`STALE_AFTER`].
 fn sweep_stale(parent: &Path) {
     let Ok(rd) = fs::read_dir(parent) else { return };
-    let now = std::time::SystemTime::now();
+    let now = SystemTime::now();
     for entry in rd.flatten() {
         let stale_name = entry
             .file_name()
             .to_string_lossy()
             .starts_with("governed-exec-");
-        let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| {
-            now.duration_since(t).unwrap_or_default() > std::time::Duration::from_secs(60)
-        });
-        if stale_name && old {
+        if !stale_name {
+            continue;
+        }
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > STALE_AFTER);
+        if old {
             let empty = fs::read_to_string(entry.path().join("cgroup.procs"))
                 .is_ok_and(|s| s.trim().is_empty());
             if empty {
@@ -51,7 +61,7 @@ fn sweep_stale(parent: &Path) {
 }
 
 impl Group {
-    fn create(dir: PathBuf, v2: bool) -> std::io::Result<Group> {
+    fn create(dir: PathBuf, v2: bool, sweep: bool) -> std::io::Result<Group> {
         fs::create_dir(&dir)?;
         let join = if v2 {
             OpenOptions::new()
@@ -65,7 +75,7 @@ impl Group {
                 .open(dir.join("tasks"))
         };
         match join {
-            Ok(join) => Ok(Group { dir, join }),
+            Ok(join) => Ok(Group { dir, join, sweep }),
             Err(e) => {
                 let _ = fs::remove_dir(&dir);
                 Err(e)
@@ -92,7 +102,7 @@ impl Drop for Group {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         // Off the spawn path: clear what crashed runners left beside us.
-        if let Some(parent) = self.dir.parent() {
+        if let Some(parent) = self.dir.parent().filter(|_| self.sweep) {
             sweep_stale(parent);
         }
     }
@@ -151,7 +161,9 @@ fn join_cgroup(mount: &Path, root: &str, own: &str) -> PathBuf {
 
 impl RunCgroups {
     /// Create what the machine allows; never fails (absence is reported).
-    pub fn create(attempt_id: &str, max_processes: u64) -> RunCgroups {
+    /// `sweep`: remove crashed runners' groups when this run's are removed
+    /// (see [`crate::scratch::sweep_due`]).
+    pub fn create(attempt_id: &str, max_processes: u64, sweep: bool) -> RunCgroups {
         let name = format!("governed-exec-{attempt_id}");
         let mut out = RunCgroups {
             name: name.clone(),
@@ -163,7 +175,7 @@ impl RunCgroups {
                     continue;
                 };
                 let base = join_cgroup(&mount, &root, &own);
-                if let Ok(g) = Group::create(base.join(&name), true) {
+                if let Ok(g) = Group::create(base.join(&name), true, sweep) {
                     let has_pids = fs::read_to_string(g.dir.join("cgroup.controllers"))
                         .unwrap_or_default()
                         .split_whitespace()
@@ -181,7 +193,7 @@ impl RunCgroups {
                     continue;
                 };
                 let base = join_cgroup(&mount, &root, &own);
-                if let Ok(g) = Group::create(base.join(&name), false) {
+                if let Ok(g) = Group::create(base.join(&name), false, sweep) {
                     if write_limit(&g.dir, max_processes) {
                         out.pids_kind = Some("pids_cgroup_v1");
                         out.pids = Some(g);

@@ -22,11 +22,11 @@ use crate::cgroup::RunCgroups;
 use crate::goal::{self, LoadedGoal};
 use crate::journal::{self, AttemptLock, Event, Journal, JournalError};
 use crate::model::{
-    Cleanup, CleanupState, Envelope, GoalRef, LeaseRef, Outcome, OutcomeClass, Profile, Reason,
-    ReceiptBody, Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
+    Cleanup, CleanupState, GoalRef, LeaseRef, Outcome, OutcomeClass, Profile, Reason, ReceiptBody,
+    Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
 };
 use crate::safe_io::WriteTarget;
-use crate::scratch::Scratch;
+use crate::scratch::{self, Scratch};
 use crate::supervise::{self, Ending, RunResult, SuperviseError};
 use crate::sys::{ChildStep, SpawnSpec};
 use crate::{env, escape, exit_code, fault, isolation, lease, reach, receipt, sign};
@@ -139,19 +139,31 @@ impl Draft {
         }
     }
 
-    /// Seal and print (or write) the receipt; returns its payload digest.
-    fn emit(&self, body: ReceiptBody) -> (Envelope, String) {
+    /// Seal (sign) a receipt body: the envelope's bytes as printed, and the
+    /// SHA-256 of its payload.
+    fn seal(&self, body: ReceiptBody) -> (Vec<u8>, String) {
         let stmt = receipt::statement(body);
         let (envelope, digest) = receipt::seal(&stmt, self.key.as_ref());
         let mut text = serde_json::to_vec_pretty(&envelope).unwrap_or_default();
         text.push(b'\n');
+        (text, digest)
+    }
+
+    /// Seal and print (or write) the receipt.
+    fn emit(&self, body: ReceiptBody) {
+        let (text, _) = self.seal(body);
+        self.output(&text);
+    }
+
+    /// Print (or write) a sealed receipt.
+    fn output(&self, text: &[u8]) {
         match &self.receipt_target {
             Some((p, target)) => {
                 // Replaced through a fresh temporary and a rename in the
                 // pinned directory: a symlink, FIFO or hard link planted at
                 // the path is replaced, never followed or written through.
                 let written = match target {
-                    Ok(t) => t.replace(&text, 0o644),
+                    Ok(t) => t.replace(text, 0o644),
                     Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
                 };
                 if let Err(e) = written {
@@ -159,14 +171,13 @@ impl Draft {
                         "governed-exec: cannot write receipt {}: {e}; printing it to stdout",
                         escape::visible(&p.display().to_string())
                     );
-                    let _ = std::io::stdout().write_all(&text);
+                    let _ = std::io::stdout().write_all(text);
                 }
             }
             None => {
-                let _ = std::io::stdout().write_all(&text);
+                let _ = std::io::stdout().write_all(text);
             }
         }
-        (envelope, digest)
     }
 
     /// A refusal before spawn: one line on stderr, a receipt, exit 125.
@@ -586,7 +597,8 @@ fn execute(
     };
     let attempt_id = new_id("att");
     let owner = body.isolation.as_user.map(|u| (u.uid, u.gid));
-    let scratch = match Scratch::create(&attempt_id, owner) {
+    let sweep = scratch::sweep_due(state_dir);
+    let scratch = match Scratch::create(&attempt_id, owner, sweep) {
         Ok(s) => s,
         Err(e) => {
             return refuse_with_lease(
@@ -595,7 +607,11 @@ fn execute(
                 Reason::IsolationUnavailable,
                 format!(
                     "cannot create the private HOME/TMPDIR under {}: {e}",
-                    std::env::temp_dir().display()
+                    scratch::bases()
+                        .iter()
+                        .map(|b| b.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(" or ")
                 ),
             )
         }
@@ -613,7 +629,7 @@ fn execute(
         Ok(p) => p,
         Err(e) => return refuse_with_lease(&draft, &mut journal, Reason::IsolationUnavailable, e),
     };
-    let cgroups = RunCgroups::create(&attempt_id, body.limits.max_processes);
+    let cgroups = RunCgroups::create(&attempt_id, body.limits.max_processes, sweep);
     // RLIMIT_NPROC counts every process of the uid and does not bind root:
     // a pids cgroup is the real limit; without one a root child's process
     // limit cannot be enforced, which is a refusal, not a silent gap.
@@ -842,12 +858,15 @@ fn execute(
     // names it. It survives a crash of this process (page cache); it is not
     // fsync'd, so a power loss may take it — the result record, which is,
     // still holds the outcome and the receipt's digest.
-    let stmt = receipt::statement(receipt_body.clone());
-    let (envelope, receipt_digest) = receipt::seal(&stmt, draft.key.as_ref());
+    // Signed once: the same bytes go to the state dir, the result record's
+    // digest and stdout / --receipt.
+    let (receipt_text, receipt_digest) = draft.seal(receipt_body);
     let receipts_dir = state_dir.join("receipts");
     if journal::ensure_dir(&receipts_dir).is_ok() {
-        let bytes = serde_json::to_vec_pretty(&envelope).unwrap_or_default();
-        let _ = write_private(&receipts_dir.join(format!("{attempt_id}.json")), &bytes);
+        let _ = write_private(
+            &receipts_dir.join(format!("{attempt_id}.json")),
+            &receipt_text,
+        );
     }
     fault::point("before_result");
     let result_written = Journal::open(state_dir, &body.goal.id).and_then(|mut j| {
@@ -865,7 +884,7 @@ fn execute(
         eprintln!("governed-exec: warning: the result record could not be written ({e}); this attempt will read as `unknown` until resolved");
     }
     fault::point("before_print");
-    draft.emit(receipt_body);
+    draft.output(&receipt_text);
     lock.release();
     drop(scratch);
     if outcome.class != OutcomeClass::KnownNotExecuted {

@@ -1,7 +1,8 @@
 //! The child's private HOME and TMPDIR, and the sweep of those that crashed
 //! runners left behind.
 //!
-//! Each attempt gets `$TMPDIR/governed-exec-<attempt>/{home,tmp}`. The
+//! Each attempt gets `BASE/governed-exec-<attempt>/{home,tmp}`, BASE being
+//! the first of [`bases`] where it can be made. The
 //! runner holds an exclusive `flock` on `<root>/.lock` (close-on-exec, so
 //! no child inherits it) for as long as the attempt lives and removes the
 //! tree when it ends. A runner killed by SIGKILL removes nothing, but the
@@ -10,6 +11,11 @@
 //! lock is held. A tree without a lock file is a leftover of a runner that
 //! crashed before locking (or of an older release); it is removed once it is
 //! older than a minute, beyond the microseconds between `mkdir` and lock.
+//!
+//! Sweeping reads the whole base directory (a busy `/tmp` holds thousands of
+//! entries), so it is not on every run's path: [`sweep_due`] lets one run
+//! per state dir and minute do it, for these trees and for crashed runners'
+//! cgroups alike. A leftover waits at most that minute longer.
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -31,12 +37,80 @@ pub struct Scratch {
     _lock: Flock<File>,
 }
 
+/// Where scratch trees are made, in order of preference: the caller's
+/// `$TMPDIR` when set (an explicit choice is honoured); otherwise `/dev/shm`
+/// when it is a tmpfs, where making and removing the directories costs
+/// microseconds instead of ~0.1 ms per `rmdir` on a disk `/tmp`; then the
+/// system temp dir.
+pub fn bases() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if std::env::var_os("TMPDIR").is_none_or(|d| d.is_empty()) {
+        let shm = Path::new("/dev/shm");
+        let tmpfs = nix::sys::statfs::statfs(shm)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        if tmpfs {
+            out.push(shm.to_path_buf());
+        }
+    }
+    out.push(std::env::temp_dir());
+    out
+}
+
+/// Whether this run should sweep what crashed runners left (scratch trees
+/// here, cgroups in `cgroup.rs`), claimed through the mtime of
+/// `STATE/last-sweep`: at most one sweep per state dir and [`UNLOCKED_GRACE`].
+/// A cgroup or a lock-less tree becomes removable only that long after it
+/// was made anyway. If the marker cannot be read or written, the run sweeps.
+pub fn sweep_due(state_dir: &Path) -> bool {
+    let marker = state_dir.join("last-sweep");
+    let now = SystemTime::now();
+    let recent = fs::metadata(&marker)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age < UNLOCKED_GRACE));
+    if recent {
+        return false;
+    }
+    let _ = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&marker)
+        .and_then(|f| f.set_modified(now));
+    true
+}
+
 impl Scratch {
-    pub fn create(attempt_id: &str, owner: Option<(u32, u32)>) -> std::io::Result<Scratch> {
-        let base = std::env::temp_dir();
-        sweep(&base);
-        let root = base.join(format!("governed-exec-{attempt_id}"));
-        fs::DirBuilder::new().mode(0o711).create(&root)?;
+    /// Make the attempt's tree; first sweep leftovers under every base if
+    /// `sweep` (see [`sweep_due`]).
+    pub fn create(
+        attempt_id: &str,
+        owner: Option<(u32, u32)>,
+        sweep_leftovers: bool,
+    ) -> std::io::Result<Scratch> {
+        let candidates = bases();
+        if sweep_leftovers {
+            for base in &candidates {
+                sweep(base);
+            }
+        }
+        let name = format!("governed-exec-{attempt_id}");
+        let mut made = Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        for base in &candidates {
+            let root = base.join(&name);
+            made = fs::DirBuilder::new()
+                .mode(0o711)
+                .create(&root)
+                .map(|()| root);
+            // A name that exists is never reused (it is not ours); any
+            // other failure (read-only, full, no access) tries the next.
+            match &made {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {}
+                _ => break,
+            }
+        }
+        let root = made?;
         let locked = OpenOptions::new()
             .write(true)
             .create_new(true)

@@ -121,6 +121,20 @@ pub fn cap_last_cap() -> u32 {
         .unwrap_or(40)
 }
 
+/// The signals this process ignores, as `/proc/self/status` (`SigIgn`)
+/// reports them: bit `n - 1` for signal `n`. Every bit is set when that
+/// cannot be read, so a caller resetting "the ignored ones" resets all.
+pub fn ignored_signals() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigIgn:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(u64::MAX)
+}
+
 /// Whether this process holds `cap` in its effective set.
 pub fn has_effective_capability(cap: u32) -> bool {
     std::fs::read_to_string("/proc/self/status")
@@ -361,7 +375,9 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         envp: envp.as_ptr(),
         rlimits: spec.rlimits,
         creds: spec.creds,
-        cap_last: cap_last_cap(),
+        // Read only when the child will drop capabilities.
+        cap_last: spec.creds.map_or(0, |_| cap_last_cap()),
+        ignored: ignored_signals(),
         landlock: landlock.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard: landlock_guard.as_ref().map(|f| f.as_raw_fd()),
         cgroup_tasks: cgroup_tasks.as_ref().map_or(-1, |f| f.as_raw_fd()),
@@ -479,6 +495,16 @@ fn read_full(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
+/// The kernel's `struct sigaction` (x86_64 and aarch64 layout, with a
+/// 64-bit mask), for the raw `rt_sigaction` syscall.
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
 struct ChildPlan<'a> {
     exe: RawFd,
     exe_is_script: bool,
@@ -490,6 +516,8 @@ struct ChildPlan<'a> {
     rlimits: &'a [(libc::__rlimit_resource_t, u64)],
     creds: Option<ChildCreds>,
     cap_last: u32,
+    /// Signals this process ignores (bit `n - 1` for signal `n`).
+    ignored: u64,
     landlock: Option<RawFd>,
     landlock_guard: Option<RawFd>,
     cgroup_tasks: RawFd,
@@ -526,10 +554,28 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
     unsafe {
         // Default dispositions and an empty mask: the parent blocks the
         // signals it reads through a signalfd, and the Rust runtime ignores
-        // SIGPIPE; neither may leak into the governed program.
-        for sig in 1..libc::SIGRTMAX() {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::signal(sig, libc::SIG_DFL);
+        // SIGPIPE; neither may leak into the governed program. `execve`
+        // resets caught signals to their default itself but keeps ignored
+        // ones, so only those are reset here (one syscall each, usually
+        // just SIGPIPE, instead of one per signal number). The raw syscall,
+        // because glibc's wrapper refuses its own signals 32 and 33, which
+        // a caller may have left ignored too.
+        let default = KernelSigaction {
+            handler: libc::SIG_DFL,
+            flags: 0,
+            restorer: 0,
+            mask: 0,
+        };
+        for sig in 1..=64 {
+            if p.ignored & (1u64 << (sig - 1)) != 0 && sig != libc::SIGKILL && sig != libc::SIGSTOP
+            {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &default as *const KernelSigaction,
+                    std::ptr::null_mut::<KernelSigaction>(),
+                    std::mem::size_of::<u64>(),
+                );
             }
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();

@@ -528,7 +528,9 @@ fn a_later_run_sweeps_what_a_killed_runner_left_but_never_a_live_run() {
     );
     assert_eq!(now.len(), 1, "{now:?}");
 
-    // A live run's tree (its runner holds the lock) is never swept.
+    // A live run's tree (its runner holds the lock) is never swept. Sweeps
+    // are rate-limited per state dir: make this run's sweep due again.
+    std::fs::remove_file(e2.state.join("last-sweep")).expect("sweep marker");
     let mut c = e2.run_cmd(&[], &["true"]);
     c.env("TMPDIR", &tmp);
     let r = finish_run(output(c));

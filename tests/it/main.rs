@@ -19,6 +19,7 @@ mod outcomes;
 mod output;
 mod pipeline;
 mod rootchild;
+mod speed;
 mod supervision;
 mod toolchains;
 mod verify;
