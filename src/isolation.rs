@@ -49,7 +49,8 @@ pub struct Protect<'a> {
     pub state_dir: &'a Path,
 }
 
-fn any_isolation(req: &IsolationRequest) -> bool {
+/// Whether the lease asks for any isolation option of §7.
+pub fn any_isolation(req: &IsolationRequest) -> bool {
     req.as_user.is_some() || req.fs_write.is_some() || req.no_network || req.pid_namespace
 }
 

@@ -598,7 +598,8 @@ fn execute(
     let attempt_id = new_id("att");
     let owner = body.isolation.as_user.map(|u| (u.uid, u.gid));
     let sweep = scratch::sweep_due(state_dir);
-    let scratch = match Scratch::create(&attempt_id, owner, sweep) {
+    let tmpfs_ok = !isolation::any_isolation(&body.isolation);
+    let scratch = match Scratch::create(&attempt_id, owner, tmpfs_ok, sweep) {
         Ok(s) => s,
         Err(e) => {
             return refuse_with_lease(
@@ -607,7 +608,7 @@ fn execute(
                 Reason::IsolationUnavailable,
                 format!(
                     "cannot create the private HOME/TMPDIR under {}: {e}",
-                    scratch::bases()
+                    scratch::bases(tmpfs_ok)
                         .iter()
                         .map(|b| b.display().to_string())
                         .collect::<Vec<_>>()

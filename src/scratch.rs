@@ -38,13 +38,15 @@ pub struct Scratch {
 }
 
 /// Where scratch trees are made, in order of preference: the caller's
-/// `$TMPDIR` when set (an explicit choice is honoured); otherwise `/dev/shm`
-/// when it is a tmpfs, where making and removing the directories costs
-/// microseconds instead of ~0.1 ms per `rmdir` on a disk `/tmp`; then the
-/// system temp dir.
-pub fn bases() -> Vec<PathBuf> {
+/// `$TMPDIR` when set (an explicit choice is honoured); otherwise, if
+/// `tmpfs_ok`, `/dev/shm` when it is a tmpfs, where making and removing the
+/// directories costs microseconds instead of ~0.1 ms per `rmdir` on a disk
+/// `/tmp`; then the system temp dir. `tmpfs_ok` is false for a lease with an
+/// isolation option: a root runner then gives the child a fresh `/dev`
+/// (and `/dev/shm`), which would hide the tree.
+pub fn bases(tmpfs_ok: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if std::env::var_os("TMPDIR").is_none_or(|d| d.is_empty()) {
+    if tmpfs_ok && std::env::var_os("TMPDIR").is_none_or(|d| d.is_empty()) {
         let shm = Path::new("/dev/shm");
         let tmpfs = nix::sys::statfs::statfs(shm)
             .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
@@ -82,19 +84,21 @@ pub fn sweep_due(state_dir: &Path) -> bool {
 }
 
 impl Scratch {
-    /// Make the attempt's tree; first sweep leftovers under every base if
-    /// `sweep` (see [`sweep_due`]).
+    /// Make the attempt's tree under the first of [`bases`] that takes it;
+    /// first sweep leftovers under every base if `sweep_leftovers` (see
+    /// [`sweep_due`]).
     pub fn create(
         attempt_id: &str,
         owner: Option<(u32, u32)>,
+        tmpfs_ok: bool,
         sweep_leftovers: bool,
     ) -> std::io::Result<Scratch> {
-        let candidates = bases();
         if sweep_leftovers {
-            for base in &candidates {
-                sweep(base);
+            for base in bases(true) {
+                sweep(&base);
             }
         }
+        let candidates = bases(tmpfs_ok);
         let name = format!("governed-exec-{attempt_id}");
         let mut made = Err(std::io::Error::from(std::io::ErrorKind::NotFound));
         for base in &candidates {

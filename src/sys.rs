@@ -376,7 +376,11 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         rlimits: spec.rlimits,
         creds: spec.creds,
         // Read only when the child will drop capabilities.
-        cap_last: spec.creds.map_or(0, |_| cap_last_cap()),
+        cap_last: if spec.creds.is_some() || spec.root_caps_keep.is_some() {
+            cap_last_cap()
+        } else {
+            0
+        },
         ignored: ignored_signals(),
         landlock: landlock.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard: landlock_guard.as_ref().map(|f| f.as_raw_fd()),
