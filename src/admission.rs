@@ -324,3 +324,170 @@ fn open_identity(lease: &Lease) -> Staged<Opened> {
         exe,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+    use ed25519_dalek::SigningKey;
+    use std::time::Duration;
+
+    const T0: u64 = 1_800_000_000; // a whole second
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn goal() -> LoadedGoal {
+        LoadedGoal {
+            goal: Goal {
+                schema: GOAL_SCHEMA.into(),
+                id: "g".into(),
+                revision: 1,
+                criteria: vec![Criterion::ExitCode { equals: 0 }],
+            },
+            sha256: "ab".repeat(32),
+        }
+    }
+
+    fn request() -> Request {
+        Request {
+            executable: "true".into(),
+            argv: vec![],
+            cwd: ".".into(),
+            profile: Profile::Standard,
+        }
+    }
+
+    /// A lease valid from T0 to T0+60s whose workspace does not exist: once
+    /// every earlier check passes, it stops at the workspace (stage 5).
+    fn lease(id: &str, key: &SigningKey, issued: u64, expires: u64) -> Lease {
+        let dir = DirIdentity {
+            path: "/nonexistent/governed-exec-admission-test".into(),
+            device: 0,
+            inode: 0,
+            creation: None,
+        };
+        let body = LeaseBody {
+            schema: LEASE_SCHEMA.into(),
+            lease_id: id.into(),
+            goal: goal().reference(),
+            workspace: dir.clone(),
+            request: request(),
+            executable: ExecutableIdentity {
+                requested: "true".into(),
+                canonical_path: "/usr/bin/true".into(),
+                symlink_chain: vec![],
+                device: 0,
+                inode: 0,
+                size: 0,
+                mode: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                sha256: String::new(),
+                interpreter: None,
+            },
+            cwd: dir,
+            limits: crate::limits::tier(Profile::Standard),
+            env: EnvPolicy {
+                path: "/usr/bin".into(),
+                fixed: Default::default(),
+            },
+            isolation: IsolationRequest::default(),
+            approver: "t".into(),
+            issued_at: humantime::format_rfc3339_seconds(at(issued)).to_string(),
+            expires_at: humantime::format_rfc3339_seconds(at(expires)).to_string(),
+            max_uses: 1,
+        };
+        lease::seal(body, key)
+    }
+
+    fn decide(leases: Vec<Lease>, now: SystemTime) -> Refusal {
+        let trusted = SigningKey::from_bytes(&[1u8; 32]);
+        let manifest = Manifest {
+            schema: MANIFEST_SCHEMA.into(),
+            leases,
+            revocations: vec![],
+            foreign: vec![],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path(), "g").unwrap();
+        let g = goal();
+        let vk = trusted.verifying_key();
+        let sel = Selection::Request(request());
+        let prepared = prepare(&manifest, &g, &vk, now, &sel).unwrap();
+        let ctx = Context {
+            manifest: &manifest,
+            goal: &g,
+            trust: &vk,
+            journal: &journal,
+            state_dir: dir.path(),
+            now,
+        };
+        match admit(&ctx, prepared) {
+            Ok(_) => panic!("admitted a lease whose workspace does not exist"),
+            Err(r) => r,
+        }
+    }
+
+    fn trusted() -> SigningKey {
+        SigningKey::from_bytes(&[1u8; 32])
+    }
+
+    #[test]
+    fn the_validity_window_is_closed_at_issue_and_open_at_expiry() {
+        let k = trusted();
+        let one = |now| decide(vec![lease("a", &k, T0, T0 + 60)], at(now)).reason;
+        assert_eq!(one(T0 - 1), Reason::LeaseNotYetValid);
+        assert_eq!(one(T0), Reason::WorkspaceDrift, "valid from its issue time");
+        assert_eq!(one(T0 + 59), Reason::WorkspaceDrift);
+        assert_eq!(
+            one(T0 + 60),
+            Reason::LeaseExpired,
+            "expired at its expiry time"
+        );
+    }
+
+    /// The refusal reported is the one that got furthest; among equals, the
+    /// first lease's.
+    #[test]
+    fn the_furthest_refusal_wins_and_ties_keep_the_first() {
+        let k = trusted();
+        let other = SigningKey::from_bytes(&[2u8; 32]);
+        let now = at(T0 + 120);
+        let r = decide(
+            vec![
+                lease("bad-sig", &other, T0, T0 + 60),
+                lease("expired", &k, T0, T0 + 60),
+            ],
+            now,
+        );
+        assert_eq!(r.reason, Reason::LeaseExpired);
+        let r = decide(
+            vec![
+                lease("expired", &k, T0, T0 + 60),
+                lease("bad-sig", &other, T0, T0 + 60),
+            ],
+            now,
+        );
+        assert_eq!(r.reason, Reason::LeaseExpired);
+        let r = decide(
+            vec![
+                lease("first", &k, T0, T0 + 60),
+                lease("second", &k, T0, T0 + 60),
+            ],
+            now,
+        );
+        assert!(r.message.contains("lease first"), "{}", r.message);
+        // Furthest of three: signature (0) < expired (3) < workspace (5).
+        let r = decide(
+            vec![
+                lease("expired", &k, T0, T0 + 60),
+                lease("live", &k, T0, T0 + 600),
+                lease("bad-sig", &other, T0, T0 + 600),
+            ],
+            now,
+        );
+        assert_eq!(r.reason, Reason::WorkspaceDrift);
+    }
+}

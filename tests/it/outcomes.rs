@@ -438,7 +438,8 @@ fn a_forged_checkpoint_does_not_give_back_a_spent_use() {
     e.approve(&["--uses", "20"], &["echo", "x"]);
     assert_eq!(e.run(&[], &["true"]).code, 0);
     for _ in 0..8 {
-        assert_eq!(e.run(&[], &["echo", "x"]).code, 0);
+        let r = e.run(&[], &["echo", "x"]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
     }
     // This open parses 18 records and saves the checkpoint.
     e.run(&[], &["true"]).assert_refused("lease_exhausted");
@@ -660,4 +661,210 @@ fn inputs_read_whole_have_a_size_bound() {
         "{}",
         r.stderr
     );
+}
+
+/// Re-sign the manifest's first lease after `edit` changed its body, with
+/// the approver key (the signature covers the stored bytes, so any key
+/// order is fine).
+fn resign_first_lease(e: &Env, edit: impl FnOnce(&mut Value)) {
+    use base64::Engine;
+    use ed25519_dalek::pkcs8::DecodePrivateKey;
+    use ed25519_dalek::Signer;
+    use sha2::Digest;
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&e.manifest).unwrap()).unwrap();
+    let mut body = m["leases"][0]["body"].clone();
+    edit(&mut body);
+    let signed = serde_json::to_string(&body).unwrap();
+    let fp = sha2::Sha256::digest(signed.as_bytes());
+    let pem = std::fs::read_to_string(&e.key).unwrap();
+    let key = ed25519_dalek::SigningKey::from_pkcs8_pem(&pem).unwrap();
+    let sig = base64::engine::general_purpose::STANDARD.encode(key.sign(&fp).to_bytes());
+    m["leases"][0] = serde_json::json!({
+        "format": 2,
+        "body": body,
+        "fingerprint": hex_of(&fp),
+        "keyid": m["leases"][0]["keyid"],
+        "signature": sig,
+    });
+    std::fs::write(&e.manifest, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+}
+
+#[test]
+fn a_lease_not_yet_valid_is_refused_until_its_time() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let later = humantime::format_rfc3339_seconds(
+        std::time::SystemTime::now() + std::time::Duration::from_secs(3600),
+    )
+    .to_string();
+    resign_first_lease(&e, |b| b["issued_at"] = later.clone().into());
+    e.run(&[], &["true"]).assert_refused("lease_not_yet_valid");
+    // The same re-signing with a past issue time runs: only the time mattered.
+    let earlier = humantime::format_rfc3339_seconds(
+        std::time::SystemTime::now() - std::time::Duration::from_secs(60),
+    )
+    .to_string();
+    resign_first_lease(&e, |b| b["issued_at"] = earlier.clone().into());
+    assert_eq!(e.run(&[], &["true"]).code, 0);
+}
+
+#[test]
+fn a_revocation_only_in_the_manifest_is_honoured() {
+    let e = Env::new();
+    let id = e.approve(&["--uses", "3"], &["true"]);
+    assert_eq!(e.run(&[], &["true"]).code, 0);
+    // Edit the text: the lease's stored signed bytes stay as they are.
+    let text = std::fs::read_to_string(&e.manifest).unwrap();
+    let entry = format!(
+        r#""revocations": [{{ "lease_id": "{id}", "by": "ops", "at": "2026-01-01T00:00:00Z" }}]"#
+    );
+    assert!(text.contains("\"revocations\": []"), "{text}");
+    std::fs::write(&e.manifest, text.replace("\"revocations\": []", &entry)).unwrap();
+    e.run(&[], &["true"]).assert_refused("lease_revoked");
+    // The journal holds no revocation: the manifest alone decided.
+    let text = std::fs::read_dir(e.state.join("journal"))
+        .unwrap()
+        .flatten()
+        .map(|f| std::fs::read_to_string(f.path()).unwrap())
+        .collect::<String>();
+    assert!(!text.contains("\"kind\":\"revocation\""));
+}
+
+#[test]
+fn verify_with_the_state_dir_matches_each_receipt_to_its_own_attempt() {
+    let e = Env::new();
+    e.approve(&["--uses", "2"], &["true"]);
+    let (_, r1) = e.run_to_file("r1.json", &["true"]);
+    let (_, r2) = e.run_to_file("r2.json", &["true"]);
+    for r in [&r1, &r2] {
+        let o = output(
+            e.verify_cmd(r, &e.runner_pub())
+                .arg("--state-dir")
+                .arg(&e.state),
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{}: {out}", r.display());
+    }
+    // Another state dir's journal does not know these attempts.
+    let other = e.path("other-state");
+    std::fs::create_dir_all(other.join("journal")).unwrap();
+    let o = output(
+        e.verify_cmd(&r2, &e.runner_pub())
+            .arg("--state-dir")
+            .arg(&other),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("not in the journal"), "{out}");
+}
+
+#[test]
+fn the_default_state_dir_falls_back_in_order() {
+    let e = Env::new();
+    e.approve(&["--uses", "3"], &["true"]);
+    let (a, b, home) = (e.path("a"), e.path("b"), e.path("home"));
+    let run = |envs: &[(&str, &Path)]| {
+        let mut c = cmd();
+        c.arg("run")
+            .arg("--goal")
+            .arg(&e.goal)
+            .arg("--manifest")
+            .arg(&e.manifest)
+            .arg("--trust")
+            .arg(&e.trust)
+            .args(["--", "true"])
+            .env_remove("GOVERNED_EXEC_STATE_DIR")
+            .env_remove("XDG_STATE_HOME");
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        let r = finish_run(output(c));
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    run(&[
+        ("GOVERNED_EXEC_STATE_DIR", &a),
+        ("XDG_STATE_HOME", &b),
+        ("HOME", &home),
+    ]);
+    assert!(a.join("runner.key").exists() && a.join("journal").exists());
+    run(&[("XDG_STATE_HOME", &b), ("HOME", &home)]);
+    assert!(b.join("governed-exec/runner.key").exists());
+    run(&[("HOME", &home)]);
+    assert!(home.join(".local/state/governed-exec/runner.key").exists());
+    // Each counted one use in its own journal.
+    for d in [
+        a,
+        b.join("governed-exec"),
+        home.join(".local/state/governed-exec"),
+    ] {
+        let o = output(
+            cmd()
+                .args(["journal", "list", "--json", "--state-dir"])
+                .arg(&d),
+        );
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v.as_array().map(Vec::len), Some(1), "{}", d.display());
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+#[test]
+fn several_goals_share_a_state_dir_without_sharing_state() {
+    let e = Env::new();
+    e.approve(&["--uses", "2"], &["true"]);
+    let g2 = e.path("goal2.json");
+    std::fs::write(
+        &g2,
+        r#"{ "schema": "governed-exec/goal/v1", "id": "other", "revision": 1,
+  "criteria": [ { "kind": "exit_code", "equals": 0 } ] }"#,
+    )
+    .unwrap();
+    // The second goal's lease, in the same manifest.
+    let mut c = cmd();
+    c.arg("approve")
+        .arg("--goal")
+        .arg(&g2)
+        .arg("--workspace")
+        .arg(&e.ws)
+        .arg("--manifest")
+        .arg(&e.manifest)
+        .arg("--key")
+        .arg(&e.key)
+        .args(["--uses", "2", "--", "true"]);
+    assert!(output(c).status.success());
+    // Goal t gets an unknown outcome; goal "other" is not blocked by it.
+    let r = finish_run(output(
+        e.run_cmd(&[], &["true"])
+            .env("GOVERNED_EXEC_FAULT", "cleanup_unconfirmed"),
+    ));
+    assert_eq!(r.code, 122);
+    e.run(&[], &["true"])
+        .assert_refused("unresolved_unknown_outcome");
+    let run_other = || {
+        finish_run(output(
+            cmd()
+                .arg("run")
+                .arg("--goal")
+                .arg(&g2)
+                .arg("--manifest")
+                .arg(&e.manifest)
+                .arg("--trust")
+                .arg(&e.trust)
+                .arg("--state-dir")
+                .arg(&e.state)
+                .args(["--", "true"]),
+        ))
+    };
+    assert_eq!(run_other().code, 0);
+    assert_eq!(run_other().code, 0);
+    run_other().assert_refused("lease_exhausted");
+    let (code, out) = journal_verify(&e);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok")).count(),
+        2,
+        "{out}"
+    );
+    assert!(out.contains("1 unknown attempt(s) blocking"), "{out}");
+    assert!(out.contains("2 use(s) spent"), "{out}");
 }
