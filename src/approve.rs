@@ -361,6 +361,6 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         .isolation
         .as_user
         .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
-    line("boundary", boundary_text(&b.isolation, uid));
+    line("boundary", boundary_text(&b.isolation, uid, None));
     escape::visible_lines(&format!("governed-exec: approval summary\n{out}"))
 }

@@ -54,13 +54,22 @@ pub fn any_isolation(req: &IsolationRequest) -> bool {
     req.as_user.is_some() || req.fs_write.is_some() || req.no_network || req.pid_namespace
 }
 
-pub fn boundary_text(req: &IsolationRequest, uid: u32) -> String {
+/// The boundary in words. `mount_ns`: whether the child gets its own mount
+/// namespace (known at `run`; `None` at `approve`, where it depends on the
+/// runner holding CAP_SYS_ADMIN).
+pub fn boundary_text(req: &IsolationRequest, uid: u32, mount_ns: Option<bool>) -> String {
     let mut parts = Vec::new();
     let sandboxed = any_isolation(req);
     if sandboxed && uid == 0 && req.as_user.is_none() {
+        let covers = "its own mount namespace where the runner's key and state dir, cgroupfs and the host's device nodes are covered and /sys and /proc/sys are read-only";
         parts.push(format!(
-            "runs as uid 0 but keeps only {} of root's capabilities, in its own mount namespace where the runner's key and state dir, cgroupfs and the host's device nodes are covered and /proc/sys is read-only; it can still read and write every file uid 0 owns{}",
+            "runs as uid 0 but keeps only {} of root's capabilities, {}; it can still read and write every file uid 0 owns{}",
             reach::root_keep_names().join(", "),
+            match mount_ns {
+                Some(true) => format!("in {covers}"),
+                Some(false) => "in the runner's mount namespace (governed-exec lacks CAP_SYS_ADMIN here), where the runner's key and state dir are not hidden from it".to_string(),
+                None => format!("and where the runner holds CAP_SYS_ADMIN runs in {covers}"),
+            },
             if req.fs_write.is_some() { " within the write scope below" } else { ", and so change what the host runs later" }
         ));
     } else if sandboxed {
@@ -95,10 +104,11 @@ pub fn boundary_text(req: &IsolationRequest, uid: u32) -> String {
         "it can use the network".into()
     });
     if req.pid_namespace {
-        parts.push(
-            "it is PID 1 of its own PID namespace with a fresh /proc that shows only that namespace; it cannot see or signal host processes by pid"
-                .into(),
-        );
+        parts.push(if mount_ns == Some(false) {
+            "it is PID 1 of its own PID namespace and cannot signal host processes by pid, but /proc is not remounted and still lists them".into()
+        } else {
+            "it is PID 1 of its own PID namespace with a fresh /proc that shows only that namespace; it cannot see or signal host processes by pid".into()
+        });
     }
     parts.join("; ")
 }
@@ -225,7 +235,7 @@ pub fn prepare(
     };
 
     let report = IsolationReport {
-        boundary: boundary_text(req, child_uid),
+        boundary: boundary_text(req, child_uid, Some(mounts.is_some())),
         os_sandbox: any_isolation(req),
         uid: child_uid,
         gid: child_gid,
