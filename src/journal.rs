@@ -362,6 +362,30 @@ pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Proof that an attempt's `executing` record is durable (written and
+/// fsync'd): the only value that lets `supervise::run` spawn, so "spawn
+/// before the record" cannot be written. Only `Journal::commit_executing`
+/// (or a ledger store after its own durable write) makes one.
+#[derive(Debug)]
+pub struct Committed {
+    attempt_id: String,
+    digest: String,
+}
+
+impl Committed {
+    /// For a ledger store whose own durable write just succeeded.
+    pub(crate) fn after_durable_write(attempt_id: String, digest: String) -> Committed {
+        Committed { attempt_id, digest }
+    }
+    pub fn attempt_id(&self) -> &str {
+        &self.attempt_id
+    }
+    /// SHA-256 of the `executing` record (what the receipt closes).
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+}
+
 /// One Goal's journal, locked for the lifetime of this value.
 pub struct Journal {
     file: Flock<File>,
@@ -509,6 +533,21 @@ impl Journal {
         self.len += buf.len() as u64;
         self.lines += 1;
         Ok(digest)
+    }
+
+    /// Append an `executing` record durably: the use is spent, and the
+    /// returned `Committed` is what allows the spawn.
+    pub fn commit_executing(&mut self, event: Event) -> Result<Committed, JournalError> {
+        let Event::Executing { attempt_id, .. } = &event else {
+            return Err(JournalError::Corrupt {
+                path: self.path.display().to_string(),
+                line: self.lines + 1,
+                detail: "only an executing record commits an attempt".into(),
+            });
+        };
+        let attempt_id = attempt_id.clone();
+        let digest = self.append(event)?;
+        Ok(Committed::after_durable_write(attempt_id, digest))
     }
 
     /// Uses of `lease_id` already spent (its `executing` records).

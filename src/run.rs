@@ -748,8 +748,8 @@ fn execute(
         executable: Box::new(admitted.exe.identity.clone()),
         cwd: Box::new(admitted.cwd.identity.clone()),
     };
-    let executing_digest = match journal.append(executing) {
-        Ok(d) => d,
+    let committed = match journal.commit_executing(executing) {
+        Ok(c) => c,
         Err(e) => {
             return refuse_with_lease(
                 &draft,
@@ -789,7 +789,9 @@ fn execute(
         mirror: supervise::Mirror::for_stderr(mirror),
         signals,
         cgroups: &cgroups,
+        committed: &committed,
     });
+    let executing_digest = committed.digest().to_string();
 
     let mut receipt_body = draft.base(not_executed(Reason::ExecFailed, String::new()));
     receipt_body.lease = Some(lease_ref);

@@ -158,6 +158,35 @@ pub struct Plan<'a> {
     pub mirror: Mirror,
     pub signals: &'a mut SignalFd,
     pub cgroups: &'a RunCgroups,
+    /// The durable `executing` record of this attempt: no spawn without it.
+    pub committed: &'a crate::journal::Committed,
+}
+
+/// Owns the running tree from the spawn until its cleanup is confirmed. An
+/// early return (a `?` after the spawn) drops it, and dropping it runs the
+/// kill-and-confirm loop, so no path out of `run` leaves the tree behind.
+struct TreeOwner<'a> {
+    main: Pid,
+    cgroups: &'a RunCgroups,
+    confirmed: bool,
+}
+
+impl TreeOwner<'_> {
+    /// The normal end: kill what is left and confirm it gone.
+    fn cleanup(mut self, count_as_leftovers: bool) -> Cleanup {
+        self.confirmed = true;
+        kill_all_and_confirm(self.main, count_as_leftovers, self.cgroups)
+    }
+}
+
+impl Drop for TreeOwner<'_> {
+    fn drop(&mut self) {
+        if !self.confirmed {
+            let _ = kill_all_and_confirm(self.main, false, self.cgroups);
+            // Reap the main process too: nothing else will now.
+            let _ = waitpid(self.main, Some(WaitPidFlag::WNOHANG));
+        }
+    }
 }
 
 /// Why supervision failed: before any child existed (nothing ran: the
@@ -191,6 +220,7 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         mirror,
         signals,
         cgroups,
+        committed: _,
     } = plan;
     let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
     let not_started = |e: nix::errno::Errno| SuperviseError::NotStarted(e.into());
@@ -216,6 +246,11 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     drop(out_w);
     drop(err_w);
     let main = Pid::from_raw(pid);
+    let owner = TreeOwner {
+        main,
+        cgroups,
+        confirmed: false,
+    };
     // The exec has happened (the error pipe closed): read the credentials
     // back from the kernel while the process is most likely still there.
     let kernel_view = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -244,6 +279,12 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
 
     let deadline = t0 + Duration::from_millis(limits.wall_time_ms);
     let ending = wait_for_ending(main, &pidfd, signals, &note_r, deadline)?;
+    if crate::fault::fail("supervision_error") {
+        // An early return after the spawn: the tree's owner must clean up.
+        return Err(SuperviseError::AfterStart(std::io::Error::other(
+            "injected supervision failure",
+        )));
+    }
     // The one place a stop request reaches the tree: a timeout sends
     // SIGTERM and waits the kill grace; a cancellation forwards the very
     // signal governed-exec received and waits the lease's cancel grace.
@@ -264,7 +305,7 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     }
     let main_exited_first = ending == Ending::MainExited;
     #[allow(unused_mut)]
-    let mut cleanup = kill_all_and_confirm(main, main_exited_first, cgroups);
+    let mut cleanup = owner.cleanup(main_exited_first);
     if crate::fault::fail("cleanup_unconfirmed") {
         // As if a process had stayed past the confirm bound.
         cleanup.state = CleanupState::NotConfirmed;

@@ -70,12 +70,7 @@ fn sigkill_of_the_runner_mid_run_kills_the_child_and_blocks_the_goal() {
     let script = format!("echo $$ > {}; exec sleep 1000", pidf.display());
     let probe = ["sh", "-c", script.as_str()];
     e.approve(&["--uses", "3"], &probe);
-    let mut child = e
-        .run_cmd(&[], &probe)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut child = RunnerGuard::spawn_quiet(e.run_cmd(&[], &probe));
     let end = std::time::Instant::now() + Duration::from_secs(20);
     while !pidf.exists() && std::time::Instant::now() < end {
         std::thread::sleep(Duration::from_millis(20));
@@ -84,8 +79,7 @@ fn sigkill_of_the_runner_mid_run_kills_the_child_and_blocks_the_goal() {
     // A run in progress is not mistaken for a crash.
     let a = attempts(&e);
     assert_eq!(a[0]["state"], "running");
-    child.kill().expect("SIGKILL the runner");
-    let _ = child.wait();
+    child.kill_runner();
     let end = std::time::Instant::now() + Duration::from_secs(5);
     while pid_alive(pid) && std::time::Instant::now() < end {
         std::thread::sleep(Duration::from_millis(20));
@@ -108,8 +102,7 @@ fn resolve_failed_unblocks_and_keeps_the_spent_use() {
     e.approve(&["--uses", "2"], &probe);
     let mut child = start_and_wait_for_executing(&e, &probe, 1);
     std::thread::sleep(Duration::from_millis(100));
-    child.kill().expect("kill");
-    let _ = child.wait();
+    child.kill_runner();
     let a = attempts(&e);
     let id = a[0]["attempt_id"].as_str().expect("id").to_string();
     assert_eq!(
@@ -124,9 +117,8 @@ fn resolve_failed_unblocks_and_keeps_the_spent_use() {
     // One use left: the next run goes ahead (quick command), then exhaustion.
     let quick = ["sh", "-c", "exec sleep 1000"];
     let second = start_and_wait_for_executing(&e, &quick, 2);
-    send_term(second.id());
-    let o = second.wait_with_output().expect("wait");
-    let r = finish_run(o);
+    second.signal("TERM");
+    let r = second.finish();
     assert_eq!(r.class(), "cancelled_reaped");
     let r = e.run(&[], &probe);
     assert_eq!(r.reason(), "lease_exhausted");
@@ -134,13 +126,8 @@ fn resolve_failed_unblocks_and_keeps_the_spent_use() {
 
 /// Start a run in the background and wait (bounded) until the journal
 /// holds `records` executing records.
-fn start_and_wait_for_executing(e: &Env, probe: &[&str], records: usize) -> std::process::Child {
-    let child = e
-        .run_cmd(&[], probe)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
+fn start_and_wait_for_executing(e: &Env, probe: &[&str], records: usize) -> RunnerGuard {
+    let child = RunnerGuard::spawn(e.run_cmd(&[], probe));
     let end = std::time::Instant::now() + Duration::from_secs(20);
     while e.journal_executing_count() < records && std::time::Instant::now() < end {
         std::thread::sleep(Duration::from_millis(20));
@@ -153,21 +140,13 @@ fn start_and_wait_for_executing(e: &Env, probe: &[&str], records: usize) -> std:
     child
 }
 
-fn send_term(pid: u32) {
-    let _ = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status();
-}
-
 #[test]
 fn resolve_stop_revokes_the_lease() {
     let e = Env::new();
     let probe = ["sh", "-c", "exec sleep 1000"];
     e.approve(&["--uses", "5"], &probe);
     let mut child = start_and_wait_for_executing(&e, &probe, 1);
-    child.kill().expect("kill");
-    let _ = child.wait();
+    child.kill_runner();
     let id = attempts(&e)[0]["attempt_id"]
         .as_str()
         .expect("id")
@@ -184,18 +163,12 @@ fn parallel_runs_never_overspend_a_lease() {
     let probe = ["sh", "-c", &format!("echo x >> {}", log.display())];
     e.approve(&["--uses", "3"], &probe);
     let children: Vec<_> = (0..12)
-        .map(|_| {
-            e.run_cmd(&[], &probe)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("spawn")
-        })
+        .map(|_| RunnerGuard::spawn(e.run_cmd(&[], &probe)))
         .collect();
     let mut ok = 0;
     let mut exhausted = 0;
     for c in children {
-        let r = finish_run(c.wait_with_output().expect("wait"));
+        let r = c.finish();
         match r.code {
             0 => ok += 1,
             125 if r.reason() == "lease_exhausted" => exhausted += 1,

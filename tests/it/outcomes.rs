@@ -868,3 +868,32 @@ fn several_goals_share_a_state_dir_without_sharing_state() {
     assert!(out.contains("1 unknown attempt(s) blocking"), "{out}");
     assert!(out.contains("2 use(s) spent"), "{out}");
 }
+
+/// An early return after the spawn drops the tree's owner, which kills and
+/// confirms every process of the run, even one that left the session.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn an_early_return_after_spawn_still_kills_the_tree() {
+    let e = Env::new();
+    let gc = e.path("gc.pid");
+    let script = format!("setsid sleep 1000 & echo $! > {}; sleep 0.2", gc.display());
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&[], &probe);
+    let r = finish_run(output(
+        e.run_cmd(&[], &probe)
+            .env("GOVERNED_EXEC_FAULT", "supervision_error"),
+    ));
+    assert_eq!((r.code, r.class()), (122, "unknown"), "{}", r.stderr);
+    let pid = read_pid(&gc);
+    let gone = (0..50).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        !pid_alive(pid)
+    });
+    if !gone {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(gone, "a process of the run outlived an early return");
+}

@@ -25,19 +25,11 @@ fn cancel_with(sig: &str, code: i32) {
     );
     let probe = ["sh", "-c", script.as_str()];
     e.approve(&["--kill-grace", "500ms"], &probe);
-    let child = e
-        .run_cmd(&[], &probe)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let child = RunnerGuard::spawn(e.run_cmd(&[], &probe));
     wait_file(&pidf);
     wait_file(&gcf);
-    let _ = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(child.id().to_string())
-        .status();
-    let r = finish_run(child.wait_with_output().expect("wait"));
+    child.signal(sig);
+    let r = child.finish();
     assert_eq!(r.code, code, "{}", r.stderr);
     assert_eq!(r.class(), "cancelled_reaped");
     assert_eq!(r.predicate()["cleanup"]["state"], "gone");

@@ -303,6 +303,20 @@ pub fn is_root() -> bool {
 /// so no `governed-exec run … sleep 1000` outlives the test.
 pub struct RunnerGuard {
     child: Option<std::process::Child>,
+    /// The runner's tree as it was when the test killed only the runner
+    /// (`kill_runner`): (pid, start time), killed on drop if still there.
+    orphans: Vec<(i32, String)>,
+}
+
+/// Field 22 of /proc/PID/stat: tells a process apart from a later one that
+/// reuses its pid.
+fn start_time(pid: i32) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(19)
+        .map(String::from)
 }
 
 impl RunnerGuard {
@@ -312,7 +326,36 @@ impl RunnerGuard {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn governed-exec");
-        RunnerGuard { child: Some(child) }
+        RunnerGuard {
+            child: Some(child),
+            orphans: vec![],
+        }
+    }
+
+    /// Like `spawn`, with the runner's stdout and stderr discarded.
+    pub fn spawn_quiet(mut c: Command) -> RunnerGuard {
+        c.stdout(Stdio::null()).stderr(Stdio::null());
+        let child = c.spawn().expect("spawn governed-exec");
+        RunnerGuard {
+            child: Some(child),
+            orphans: vec![],
+        }
+    }
+
+    /// SIGKILL the runner alone (a crash), and reap it. What it left
+    /// behind is the product's to clean up; the guard only remembers it, to
+    /// kill on drop whatever the product failed to.
+    pub fn kill_runner(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let pid = child.id() as i32;
+            self.orphans = descendants_of(pid)
+                .into_iter()
+                .filter_map(|p| start_time(p).map(|t| (p, t)))
+                .collect();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.child = None;
     }
 
     pub fn id(&self) -> u32 {
@@ -357,6 +400,14 @@ pub fn descendants_of(pid: i32) -> Vec<i32> {
 
 impl Drop for RunnerGuard {
     fn drop(&mut self) {
+        for (pid, t) in std::mem::take(&mut self.orphans) {
+            if start_time(pid).as_deref() == Some(t.as_str()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
         let Some(mut child) = self.child.take() else {
             return;
         };
