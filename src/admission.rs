@@ -20,9 +20,10 @@ use ed25519_dalek::VerifyingKey;
 
 use crate::goal::LoadedGoal;
 use crate::identity::{self, OpenedDir, OpenedExecutable, Snapshot};
-use crate::journal::{AttemptState, Journal};
+use crate::journal::AttemptState;
 use crate::lease;
-use crate::model::{Lease, Manifest, Reason, Request};
+use crate::ledger::{self, GoalSession};
+use crate::model::{Binding, Lease, Manifest, PortableIdentity, Reason, Request};
 
 #[derive(Debug, Clone)]
 pub struct Refusal {
@@ -51,7 +52,12 @@ impl Refusal {
 
 /// What `run` asked for.
 pub enum Selection {
-    Request(Request),
+    /// A request; without `profile_given` (`run -- CMD` with no
+    /// `--profile`) the profile is the matching lease's.
+    Request {
+        request: Request,
+        profile_given: bool,
+    },
     LeaseId(String),
 }
 
@@ -85,9 +91,62 @@ pub struct Context<'a> {
     pub manifest: &'a Manifest,
     pub goal: &'a LoadedGoal,
     pub trust: &'a VerifyingKey,
-    pub journal: &'a Journal,
-    pub state_dir: &'a Path,
+    /// The Goal's records in the lease's ledger, locked.
+    pub ledger: &'a dyn GoalSession,
     pub now: SystemTime,
+}
+
+/// Where `run` was pointed: `--workspace` (canonical) if given, and the
+/// current directory (canonical), a portable lease's workspace otherwise.
+#[derive(Clone, Copy)]
+pub struct RunPlace<'a> {
+    pub workspace: Option<&'a Path>,
+    pub here: &'a Path,
+}
+
+/// The manifest's leases that answer `selection`: exact matches, leaving
+/// out superseded ones unless nothing else matches (then admission says
+/// which lease replaced them).
+pub fn candidates<'m>(manifest: &'m Manifest, selection: &Selection) -> Vec<&'m Lease> {
+    let all: Vec<&Lease> = match selection {
+        Selection::Request {
+            request,
+            profile_given,
+        } => manifest
+            .leases
+            .iter()
+            .filter(|l| {
+                let r = &l.body.request;
+                r.executable == request.executable
+                    && r.argv == request.argv
+                    && r.cwd == request.cwd
+                    && (!profile_given || r.profile == request.profile)
+            })
+            .collect(),
+        Selection::LeaseId(id) => manifest
+            .leases
+            .iter()
+            .filter(|l| &l.body.lease_id == id)
+            .collect(),
+    };
+    let live: Vec<&Lease> = all
+        .iter()
+        .copied()
+        .filter(|l| superseded_by(manifest, &l.body.lease_id).is_none())
+        .collect();
+    if live.is_empty() {
+        all
+    } else {
+        live
+    }
+}
+
+fn superseded_by<'m>(manifest: &'m Manifest, lease_id: &str) -> Option<&'m str> {
+    manifest
+        .superseded
+        .iter()
+        .find(|s| s.lease_id == lease_id)
+        .map(|s| s.by_lease.as_str())
 }
 
 /// Find the leases that match exactly and open their identities. Takes no
@@ -98,23 +157,34 @@ pub fn prepare<'m>(
     trust: &VerifyingKey,
     now: SystemTime,
     selection: &Selection,
+    place: RunPlace<'_>,
 ) -> Result<Prepared<'m>, Refusal> {
-    let candidates: Vec<&Lease> = match selection {
-        Selection::Request(req) => manifest
-            .leases
+    let candidates = candidates(manifest, selection);
+    if let Selection::Request {
+        profile_given: false,
+        ..
+    } = selection
+    {
+        let mut profiles: Vec<String> = candidates
             .iter()
-            .filter(|l| &l.body.request == req)
-            .collect(),
-        Selection::LeaseId(id) => manifest
-            .leases
-            .iter()
-            .filter(|l| &l.body.lease_id == id)
-            .collect(),
-    };
+            .map(|l| l.body.request.profile.to_string())
+            .collect();
+        profiles.sort();
+        profiles.dedup();
+        if profiles.len() > 1 {
+            return Err(Refusal::new(
+                Reason::NoMatchingLease,
+                format!(
+                    "leases with different profiles ({}) approve this command: give --profile",
+                    profiles.join(", ")
+                ),
+            ));
+        }
+    }
     if candidates.is_empty() {
         if let Some(f) = manifest.foreign.iter().find(|f| match selection {
-            Selection::Request(req) => {
-                f.request.is_some() && f.request == serde_json::to_value(req).ok()
+            Selection::Request { request, .. } => {
+                f.request.is_some() && f.request == serde_json::to_value(request).ok()
             }
             Selection::LeaseId(id) => f.lease_id.as_ref() == Some(id),
         }) {
@@ -130,7 +200,7 @@ pub fn prepare<'m>(
             ));
         }
         let what = match selection {
-            Selection::Request(r) => format!(
+            Selection::Request { request: r, .. } => format!(
                 "no lease in the manifest approves exactly this request (executable {:?}, {} argv elements, cwd {:?}, profile {})",
                 r.executable,
                 r.argv.len(),
@@ -148,7 +218,7 @@ pub fn prepare<'m>(
             let could_pass = lease::signature_valid(lease, trust)
                 && lease.body.goal == want
                 && within_window(&lease.body, now);
-            (lease, could_pass.then(|| open_identity(lease)))
+            (lease, could_pass.then(|| open_identity(lease, place)))
         })
         .collect();
     Ok(Prepared { candidates })
@@ -165,9 +235,7 @@ fn within_window(body: &crate::model::LeaseBody, now: SystemTime) -> bool {
 /// Decide, under the Goal's journal lock, which prepared candidate is
 /// admitted (or why none is).
 pub fn admit(ctx: &Context<'_>, prepared: Prepared<'_>) -> Result<Admitted, Refusal> {
-    if let Some(a) = ctx
-        .journal
-        .open_attempts(ctx.state_dir)
+    if let Some(a) = ledger::open_attempts(ctx.ledger)
         .into_iter()
         .find(|a| a.state == AttemptState::Unknown)
     {
@@ -208,8 +276,17 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
             "lease {id}: its content does not match its fingerprint, or the fingerprint is not signed by the trusted approver key"
         ));
     }
-    if ctx.manifest.revocations.iter().any(|r| &r.lease_id == id) || ctx.journal.is_revoked(id) {
+    if ctx.manifest.revocations.iter().any(|r| &r.lease_id == id)
+        || ctx.ledger.summary().revoked.contains(id)
+    {
         return refuse(1, Reason::LeaseRevoked, format!("lease {id} was revoked"));
+    }
+    if let Some(by) = superseded_by(ctx.manifest, id) {
+        return refuse(
+            1,
+            Reason::LeaseRevoked,
+            format!("lease {id} was superseded by lease {by}, approved later for the same request"),
+        );
     }
     let want = ctx.goal.reference();
     if body.goal != want {
@@ -241,7 +318,7 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
             format!("lease {id} expired at {}", body.expires_at),
         );
     }
-    let spent = ctx.journal.uses_spent(id);
+    let spent = ctx.ledger.summary().uses.get(id).copied().unwrap_or(0);
     if spent >= body.max_uses {
         return refuse(
             4,
@@ -275,11 +352,39 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
 
 /// Workspace, cwd and executable of a lease, opened and compared with what
 /// the lease binds; the executable copied into its sealed snapshot.
-fn open_identity(lease: &Lease) -> Staged<Opened> {
+fn open_identity(lease: &Lease, place: RunPlace<'_>) -> Staged<Opened> {
     let body = &lease.body;
     let refuse = |stage: usize, reason: Reason, msg: String| {
         Err((stage, Refusal::for_lease(reason, msg, lease)))
     };
+    if (body.binding == Binding::Portable) != body.portable.is_some() {
+        return refuse(
+            0,
+            Reason::LeaseSignatureInvalid,
+            format!(
+                "lease {}: binding {} does not match its portable identity",
+                body.lease_id, body.binding
+            ),
+        );
+    }
+    if let Some(p) = &body.portable {
+        return portable_identity(lease, p, place);
+    }
+    if let Some(ws) = place
+        .workspace
+        .filter(|w| *w != Path::new(&body.workspace.path))
+    {
+        return refuse(
+            5,
+            Reason::WorkspaceDrift,
+            format!(
+                "lease {} is bound to workspace {} on this machine, but run was given {}",
+                body.lease_id,
+                body.workspace.path,
+                ws.display()
+            ),
+        );
+    }
     let workspace = identity::open_dir(Path::new(&body.workspace.path)).map_err(|e| {
         (
             5,
@@ -317,6 +422,76 @@ fn open_identity(lease: &Lease) -> Staged<Opened> {
     })?;
     if let Some(d) = identity::executable_difference(&body.executable, &exe.identity) {
         return refuse(7, Reason::ExecutableDrift, d);
+    }
+    Ok(Opened {
+        workspace,
+        cwd,
+        exe,
+    })
+}
+
+/// The executable opened and copied into its sealed snapshot; a snapshot
+/// this machine cannot make is not drift.
+fn open_exe(lease: &Lease, cwd: &Path) -> Staged<OpenedExecutable> {
+    let body = &lease.body;
+    identity::open_executable(
+        &body.request.executable,
+        &body.env.path,
+        cwd,
+        body.executable
+            .size
+            .max(identity::DEFAULT_MAX_EXECUTABLE_BYTES),
+        Snapshot::Take,
+    )
+    .map_err(|e| {
+        let reason = match e {
+            identity::IdentityError::Snapshot { .. } => Reason::ExecFailed,
+            _ => Reason::ExecutableDrift,
+        };
+        (7, Refusal::for_lease(reason, e.to_string(), lease))
+    })
+}
+
+/// A portable lease: the workspace is where `run` is pointed; cwd must stay
+/// inside it (checked on the opened fd); the executable must have the
+/// lease's path (workspace-relative when inside it), mode and SHA-256.
+fn portable_identity(
+    lease: &Lease,
+    want: &PortableIdentity,
+    place: RunPlace<'_>,
+) -> Staged<Opened> {
+    let body = &lease.body;
+    let fail =
+        |stage: usize, reason: Reason, msg: String| (stage, Refusal::for_lease(reason, msg, lease));
+    let ws = place.workspace.unwrap_or(place.here);
+    let workspace = identity::open_dir(ws)
+        .map_err(|e| fail(5, Reason::WorkspaceDrift, format!("workspace: {e}")))?;
+    let cwd_path = identity::resolve_cwd(ws, &body.request.cwd)
+        .map_err(|e| fail(6, Reason::CwdDrift, e.to_string()))?;
+    let cwd = identity::open_dir(&cwd_path)
+        .map_err(|e| fail(6, Reason::CwdDrift, format!("cwd: {e}")))?;
+    identity::dir_fd_inside(&cwd.file, ws).map_err(|e| fail(6, Reason::CwdDrift, e))?;
+    let exe = open_exe(lease, &cwd_path)?;
+    let got = identity::portable(&exe.identity, ws);
+    let differs = [
+        (
+            "path",
+            got.executable_path == want.executable_path && got.in_workspace == want.in_workspace,
+        ),
+        ("mode", got.mode == want.mode),
+        ("sha256", got.sha256 == want.sha256),
+    ]
+    .into_iter()
+    .find(|(_, same)| !same);
+    if let Some((field, _)) = differs {
+        return Err(fail(
+            7,
+            Reason::ExecutableDrift,
+            format!(
+                "executable {} (portable: {}) differs from the lease: {field} differs",
+                exe.identity.canonical_path, want.executable_path
+            ),
+        ));
     }
     Ok(Opened {
         workspace,
@@ -398,6 +573,9 @@ mod tests {
             issued_at: humantime::format_rfc3339_seconds(at(issued)).to_string(),
             expires_at: humantime::format_rfc3339_seconds(at(expires)).to_string(),
             max_uses: 1,
+            binding: Binding::Machine,
+            portable: None,
+            ledger: None,
         };
         lease::seal(body, key)
     }
@@ -408,20 +586,28 @@ mod tests {
             schema: MANIFEST_SCHEMA.into(),
             leases,
             revocations: vec![],
+            superseded: vec![],
             foreign: vec![],
         };
         let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::open(dir.path(), "g").unwrap();
+        let store = crate::ledger::LocalLedger::state_dir(dir.path());
+        let session = crate::ledger::Ledger::open_goal(&store, "g").unwrap();
         let g = goal();
         let vk = trusted.verifying_key();
-        let sel = Selection::Request(request());
-        let prepared = prepare(&manifest, &g, &vk, now, &sel).unwrap();
+        let sel = Selection::Request {
+            request: request(),
+            profile_given: true,
+        };
+        let place = RunPlace {
+            workspace: None,
+            here: dir.path(),
+        };
+        let prepared = prepare(&manifest, &g, &vk, now, &sel, place).unwrap();
         let ctx = Context {
             manifest: &manifest,
             goal: &g,
             trust: &vk,
-            journal: &journal,
-            state_dir: dir.path(),
+            ledger: &*session,
             now,
         };
         match admit(&ctx, prepared) {

@@ -9,9 +9,11 @@ use crate::goal;
 use crate::identity::{self, CLEAN_PATH};
 use crate::isolation::boundary_text;
 use crate::lease;
+use crate::ledger::LedgerSpec;
 use crate::limits::{format_ms, format_size, tier};
 use crate::model::{
-    EnvPolicy, IsolationRequest, LeaseBody, Limits, Profile, Request, UserSpec, LEASE_SCHEMA,
+    Binding, EnvPolicy, IsolationRequest, LeaseBody, Limits, Manifest, Profile, Request,
+    Supersession, UserSpec, LEASE_SCHEMA,
 };
 use crate::run::{new_id, read_request};
 use crate::{env, escape, sign};
@@ -50,6 +52,10 @@ pub struct ApproveArgs {
     pub max_executable_size: u64,
     pub request: Option<String>,
     pub command: Vec<String>,
+    /// Bind by content (CONTRACT §4 "Binding") instead of this machine.
+    pub portable: bool,
+    /// `--ledger PATH|postgres://HOST[:PORT]/DB`.
+    pub ledger: Option<String>,
 }
 
 /// The smallest values under which a program can start at all; below them
@@ -243,6 +249,19 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
     if a.uses == 0 {
         return Err("--uses 0: nothing could run; the minimum that works is 1".into());
     }
+    let ledger = a
+        .ledger
+        .as_deref()
+        .map(|l| LedgerSpec::parse(l).and_then(|s| s.for_lease()))
+        .transpose()?;
+    let (binding, portable) = if a.portable {
+        (
+            Binding::Portable,
+            Some(identity::portable(&exe.identity, &ws_canon)),
+        )
+    } else {
+        (Binding::Machine, None)
+    };
     let now = SystemTime::now();
     let expires = expiry(now, a.ttl)?;
     let approver = a
@@ -265,19 +284,63 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         issued_at: humantime::format_rfc3339_seconds(now).to_string(),
         expires_at: humantime::format_rfc3339_seconds(expires).to_string(),
         max_uses: a.uses,
+        binding,
+        portable,
+        ledger,
     };
     eprint!("{}", summary(&body, a.ttl));
     let sealed = lease::seal(body, &key);
     let id = sealed.body.lease_id.clone();
-    lease::update_manifest(&a.manifest, true, |m| {
+    let replaced = lease::update_manifest(&a.manifest, true, |m| {
+        let replaced = supersede(m, &sealed.body);
         m.leases.push(sealed);
-        Ok(())
+        Ok(replaced)
     })?;
+    for old in &replaced {
+        eprintln!("  {:<13} lease {old} (same goal, request and binding): marked superseded; it no longer runs", "replaces");
+    }
     eprintln!(
         "approved: lease {id} added to {}",
         escape::visible(&a.manifest.display().to_string())
     );
     Ok(id)
+}
+
+/// Mark every live lease that `new` covers (same Goal id, request and
+/// workspace binding) superseded by it. Returns their ids.
+fn supersede(m: &mut Manifest, new: &LeaseBody) -> Vec<String> {
+    let same_binding = |b: &LeaseBody| match (b.binding, new.binding) {
+        (Binding::Machine, Binding::Machine) => b.workspace.path == new.workspace.path,
+        (Binding::Portable, Binding::Portable) => true,
+        _ => false,
+    };
+    let dead: std::collections::BTreeSet<String> = m
+        .revocations
+        .iter()
+        .map(|r| r.lease_id.clone())
+        .chain(m.superseded.iter().map(|s| s.lease_id.clone()))
+        .collect();
+    let replaced: Vec<String> = m
+        .leases
+        .iter()
+        .map(|l| &l.body)
+        .filter(|b| {
+            b.goal.id == new.goal.id
+                && b.request == new.request
+                && same_binding(b)
+                && !dead.contains(&b.lease_id)
+        })
+        .map(|b| b.lease_id.clone())
+        .collect();
+    let at = crate::journal::now_rfc3339();
+    for old in &replaced {
+        m.superseded.push(Supersession {
+            lease_id: old.clone(),
+            by_lease: new.lease_id.clone(),
+            at: at.clone(),
+        });
+    }
+    replaced
 }
 
 /// The plain-language approval summary.
@@ -307,10 +370,28 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
     for hop in &e.symlink_chain {
         line("  via symlink", format!("{} -> {}", hop.path, hop.target));
     }
-    line(
-        "sha256",
-        format!("{} ({} bytes, inode {})", e.sha256, e.size, e.inode),
-    );
+    match &b.portable {
+        None => line(
+            "sha256",
+            format!("{} ({} bytes, inode {})", e.sha256, e.size, e.inode),
+        ),
+        Some(_) => line("sha256", format!("{} ({} bytes)", e.sha256, e.size)),
+    }
+    match &b.portable {
+        None => line(
+            "binding",
+            "machine: this workspace and executable on this machine (path, device, inode, creation stamp, timestamps)".into(),
+        ),
+        Some(p) => line(
+            "binding",
+            format!(
+                "portable: executable {} ({}), mode {:o} and sha256; the workspace is the directory `run --workspace` names (default: the current directory); inode, device and timestamps are not checked",
+                p.executable_path,
+                if p.in_workspace { "relative to the workspace" } else { "absolute" },
+                p.mode & 0o7777
+            ),
+        ),
+    }
     if let Some(i) = &e.interpreter {
         line(
             "interpreter",
@@ -357,6 +438,16 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         ),
     );
     line("approver", b.approver.clone());
+    match &b.ledger {
+        None => line(
+            "ledger",
+            "the runner's state dir: uses, revocations and unknown outcomes are counted per state dir, so runners with different state dirs each count their own uses".into(),
+        ),
+        Some(l) => line(
+            "ledger",
+            format!("{l}: every run spends its uses there, whatever its state dir; unreachable means refused (ledger_unavailable)"),
+        ),
+    }
     let uid = b
         .isolation
         .as_user

@@ -40,8 +40,11 @@ pub enum Command {
         receipt: PathBuf,
         #[arg(long, value_name = "RUNNER.pub")]
         trust: PathBuf,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "ledger")]
         state_dir: Option<PathBuf>,
+        /// Cross-check the receipt against this ledger (PATH or postgres://HOST[:PORT]/DB).
+        #[arg(long, value_name = "PATH|postgres://HOST[:PORT]/DB")]
+        ledger: Option<String>,
         /// Same as `--format json`.
         #[arg(long, conflicts_with = "format")]
         json: bool,
@@ -57,8 +60,11 @@ pub enum Command {
     },
     /// Inspect the journal of attempts.
     Journal {
-        #[arg(long, global = true)]
+        #[arg(long, global = true, conflicts_with = "ledger")]
         state_dir: Option<PathBuf>,
+        /// Read this ledger instead of the state dir.
+        #[arg(long, global = true, value_name = "PATH|postgres://HOST[:PORT]/DB")]
+        ledger: Option<String>,
         #[command(subcommand)]
         action: JournalAction,
     },
@@ -77,8 +83,11 @@ pub enum Command {
         by: String,
         #[arg(long)]
         note: Option<String>,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "ledger")]
         state_dir: Option<PathBuf>,
+        /// The ledger holding the attempt (PATH or postgres://HOST[:PORT]/DB).
+        #[arg(long, value_name = "PATH|postgres://HOST[:PORT]/DB")]
+        ledger: Option<String>,
     },
     /// Revoke a lease: later runs of it are refused.
     Revoke {
@@ -203,6 +212,12 @@ pub struct ApproveCmd {
     /// Refuse executables larger than this (they are hashed whole).
     #[arg(long, default_value = "512MiB", value_parser = parse_size)]
     pub max_executable_size: u64,
+    /// Bind by content (executable path, mode, SHA-256), not this machine's inodes.
+    #[arg(long)]
+    pub portable: bool,
+    /// Where the lease's uses are counted: a directory or postgres://HOST[:PORT]/DB.
+    #[arg(long, value_name = "PATH|postgres://HOST[:PORT]/DB")]
+    pub ledger: Option<String>,
     #[arg(long, value_name = "REQUEST.json")]
     pub request: Option<String>,
     #[arg(last = true, value_name = "EXECUTABLE [ARG...]")]
@@ -221,6 +236,9 @@ pub struct RunCmd {
     pub key: Option<PathBuf>,
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Where a portable lease runs (default: the current directory).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
     #[arg(long)]
     pub receipt: Option<PathBuf>,
     /// Mirror the child's stdout and stderr live to stderr.

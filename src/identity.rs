@@ -16,7 +16,7 @@ use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::model::{CreationStamp, DirIdentity, ExecutableIdentity, SymlinkHop};
+use crate::model::{CreationStamp, DirIdentity, ExecutableIdentity, PortableIdentity, SymlinkHop};
 use crate::sys;
 
 /// The child's PATH unless the approver sets another with `--env PATH=…`.
@@ -470,6 +470,38 @@ pub fn resolve_cwd(workspace: &Path, rel: &str) -> Result<PathBuf, IdentityError
         ));
     }
     Ok(canonical)
+}
+
+/// Check on an opened directory fd that it lies inside `workspace`
+/// (canonical): the kernel's own path of the fd, not the path we opened.
+pub fn dir_fd_inside(dir: &File, workspace: &Path) -> Result<(), String> {
+    let link = fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .map_err(|e| format!("cannot read back the cwd descriptor's path: {e}"))?;
+    if link.starts_with(workspace) {
+        Ok(())
+    } else {
+        Err(format!(
+            "cwd resolves to {}, outside the workspace {}",
+            link.display(),
+            workspace.display()
+        ))
+    }
+}
+
+/// What a portable lease pins of an executable: its canonical path
+/// relative to `workspace` when inside it (else absolute), mode, SHA-256.
+pub fn portable(exe: &ExecutableIdentity, workspace: &Path) -> PortableIdentity {
+    let canonical = Path::new(&exe.canonical_path);
+    let (executable_path, in_workspace) = match canonical.strip_prefix(workspace) {
+        Ok(rel) => (rel.display().to_string(), true),
+        Err(_) => (exe.canonical_path.clone(), false),
+    };
+    PortableIdentity {
+        executable_path,
+        in_workspace,
+        mode: exe.mode,
+        sha256: exe.sha256.clone(),
+    }
 }
 
 /// Name the first field in which two executable identities differ.

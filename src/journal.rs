@@ -32,7 +32,7 @@ pub const JOURNAL_VERSION: u32 = 1;
 /// `unknown` keeps its attempt open (older checkpoints are not trusted).
 const CHECKPOINT_VERSION: u32 = 2;
 const CHECKPOINT_EVERY: usize = 16;
-const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -198,6 +198,15 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The state a chain of records folds to (used by the ledger stores).
+    pub fn of(entries: &[Entry]) -> Summary {
+        let mut s = Summary::new();
+        for e in entries {
+            s.fold(e);
+        }
+        s
+    }
+
     fn new() -> Summary {
         Summary {
             last_digest: GENESIS.to_string(),
@@ -205,7 +214,7 @@ impl Summary {
         }
     }
 
-    fn fold(&mut self, e: &Entry) {
+    pub fn fold(&mut self, e: &Entry) {
         // parse_chain_from never passes a record with seq u64::MAX.
         self.next_seq = e.record.seq.saturating_add(1);
         self.last_digest = e.digest.clone();
@@ -550,6 +559,11 @@ impl Journal {
         Ok(Committed::after_durable_write(attempt_id, digest))
     }
 
+    /// The folded state of this Goal's journal.
+    pub fn summary(&self) -> &Summary {
+        &self.summary
+    }
+
     /// Uses of `lease_id` already spent (its `executing` records).
     pub fn uses_spent(&self, lease_id: &str) -> u64 {
         self.summary.uses.get(lease_id).copied().unwrap_or(0)
@@ -562,27 +576,37 @@ impl Journal {
     /// Attempts of this Goal with no result or resolution: `running` while a
     /// runner holds their lock, `unknown` otherwise.
     pub fn open_attempts(&self, state_dir: &Path) -> Vec<AttemptSummary> {
-        self.summary
-            .open
-            .iter()
-            .map(|(id, a)| AttemptSummary {
-                attempt_id: id.clone(),
-                lease_id: a.lease_id.clone(),
-                goal_id: a.goal_id.clone(),
-                goal_revision: a.goal_revision,
-                state: if !a.result_unknown && attempt_is_live(state_dir, id) {
-                    AttemptState::Running
-                } else {
-                    AttemptState::Unknown
-                },
-                outcome: a.result_unknown.then_some(OutcomeClass::Unknown),
-                classification: None,
-                started_at: a.started_at.clone(),
-                executing_record_sha256: a.executing_record_sha256.clone(),
-                receipt_sha256: None,
-            })
-            .collect()
+        open_attempts_with(&self.summary, &|id| attempt_is_live(state_dir, id))
     }
+}
+
+/// A Goal's attempts with no result or resolution: `running` while
+/// `is_live` (the store's liveness witness) says a runner holds them,
+/// `unknown` otherwise or when their result said so.
+pub fn open_attempts_with(
+    summary: &Summary,
+    is_live: &dyn Fn(&str) -> bool,
+) -> Vec<AttemptSummary> {
+    summary
+        .open
+        .iter()
+        .map(|(id, a)| AttemptSummary {
+            attempt_id: id.clone(),
+            lease_id: a.lease_id.clone(),
+            goal_id: a.goal_id.clone(),
+            goal_revision: a.goal_revision,
+            state: if !a.result_unknown && is_live(id) {
+                AttemptState::Running
+            } else {
+                AttemptState::Unknown
+            },
+            outcome: a.result_unknown.then_some(OutcomeClass::Unknown),
+            classification: None,
+            started_at: a.started_at.clone(),
+            executing_record_sha256: a.executing_record_sha256.clone(),
+            receipt_sha256: None,
+        })
+        .collect()
 }
 
 fn load_checkpoint(journal: &Path, bytes: &[u8]) -> Option<Checkpoint> {
@@ -645,6 +669,12 @@ pub struct AttemptSummary {
 }
 
 pub fn attempts_of(entries: &[Entry], state_dir: &Path) -> Vec<AttemptSummary> {
+    attempts_of_with(entries, &|id| attempt_is_live(state_dir, id))
+}
+
+/// Every attempt with its state; `is_live` says whether a runner still
+/// holds an attempt (the store's liveness witness).
+pub fn attempts_of_with(entries: &[Entry], is_live: &dyn Fn(&str) -> bool) -> Vec<AttemptSummary> {
     let mut out: Vec<AttemptSummary> = Vec::new();
     for e in entries {
         match &e.record.event {
@@ -695,7 +725,7 @@ pub fn attempts_of(entries: &[Entry], state_dir: &Path) -> Vec<AttemptSummary> {
         }
     }
     for a in out.iter_mut().filter(|a| a.state == AttemptState::Running) {
-        if !attempt_is_live(state_dir, &a.attempt_id) {
+        if !is_live(&a.attempt_id) {
             a.state = AttemptState::Unknown;
         }
     }
@@ -722,7 +752,9 @@ pub fn parse_journal_bytes(path: &Path, bytes: &[u8]) -> Result<usize, JournalEr
     parse_chain(path, bytes).map(|e| e.len())
 }
 
-fn parse_chain(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>, JournalError> {
+/// Parse and check one whole chain (newline-terminated records); `path`
+/// only names it in errors.
+pub fn parse_chain(path: &Path, bytes: &[u8]) -> Result<Vec<Entry>, JournalError> {
     parse_chain_from(path, bytes, &Summary::new(), 0)
 }
 

@@ -87,6 +87,7 @@ pub fn update_manifest<T>(
             schema: MANIFEST_SCHEMA.to_string(),
             leases: vec![],
             revocations: vec![],
+            superseded: vec![],
             foreign: vec![],
         },
         Err(e) => return Err(format!("manifest {}: {e}", path.display())),
@@ -161,6 +162,9 @@ mod tests {
             issued_at: "2026-01-01T00:00:00Z".into(),
             expires_at: "2026-01-01T00:15:00Z".into(),
             max_uses: 2,
+            binding: Binding::Machine,
+            portable: None,
+            ledger: None,
         };
         (seal(body, &key), key)
     }

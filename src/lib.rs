@@ -36,6 +36,7 @@ pub mod identity;
 pub mod isolation;
 pub mod journal;
 pub mod lease;
+pub mod ledger;
 pub mod limits;
 pub mod model;
 pub mod operator;
@@ -161,6 +162,8 @@ pub fn cli_main() -> i32 {
                 max_executable_size: a.max_executable_size,
                 request: a.request,
                 command: a.command,
+                portable: a.portable,
+                ledger: a.ledger,
             };
             match approve::approve(args) {
                 Ok(id) => match outln!("{id}") {
@@ -193,6 +196,7 @@ pub fn cli_main() -> i32 {
                     trust: r.trust,
                     key: r.key,
                     state_dir: r.state_dir,
+                    workspace: r.workspace,
                     receipt: r.receipt,
                     stream: r.stream,
                     request: r.request,
@@ -209,6 +213,7 @@ pub fn cli_main() -> i32 {
             receipt,
             trust,
             state_dir,
+            ledger,
             json,
             format,
             allow_key_in_reach,
@@ -218,6 +223,7 @@ pub fn cli_main() -> i32 {
             &trust,
             state_dir.as_deref(),
             allow_key_in_reach,
+            ledger.as_deref(),
         ) {
             Err(e) => usage_error(e),
             Ok(v) => {
@@ -245,7 +251,11 @@ pub fn cli_main() -> i32 {
                             Err(e) => return usage_error(e),
                         };
                         let g = &loaded.goal;
-                        let rows = view::verify_rows(&g.criteria, &v.unmet, state_dir.is_some());
+                        let rows = view::verify_rows(
+                            &g.criteria,
+                            &v.unmet,
+                            state_dir.is_some() || ledger.is_some(),
+                        );
                         let label = format!("goal {:?} revision {}", g.id, g.revision);
                         view::verify_markdown(v.verdict, &label, &rows)
                     }
@@ -262,23 +272,30 @@ pub fn cli_main() -> i32 {
                 }
             }
         },
-        Command::Journal { state_dir, action } => {
-            let dir = state_dir.unwrap_or_else(journal::default_state_dir);
+        Command::Journal {
+            state_dir,
+            ledger,
+            action,
+        } => {
+            let l = match ledger::from_flags(ledger.as_deref(), state_dir.as_deref()) {
+                Ok(l) => l,
+                Err(e) => return usage_error(e),
+            };
             match action {
                 JournalAction::List { json } => {
-                    operator::journal_list(&dir, json).map_or_else(usage_error, |_| 0)
+                    operator::journal_list(&*l, json).map_or_else(usage_error, |_| 0)
                 }
                 JournalAction::Show { attempt, json } => {
-                    match operator::journal_show(&dir, &attempt, json) {
+                    match operator::journal_show(&*l, &attempt, json) {
                         Ok(true) => 0,
                         Ok(false) => usage_error(format!(
-                            "attempt {attempt:?} is not in the journal at {}",
-                            dir.display()
+                            "attempt {attempt:?} is not in the ledger {}",
+                            l.name()
                         )),
                         Err(e) => usage_error(e),
                     }
                 }
-                JournalAction::Verify => match operator::journal_verify(&dir) {
+                JournalAction::Verify => match operator::journal_verify(&*l) {
                     Ok(true) => 0,
                     Ok(false) => exit_code::NEGATIVE,
                     Err(e) => usage_error(e),
@@ -294,10 +311,11 @@ pub fn cli_main() -> i32 {
             by,
             note,
             state_dir,
-        } => {
-            let dir = state_dir.unwrap_or_else(journal::default_state_dir);
-            operator_result(operator::resolve(&dir, &attempt, as_, &by, note))
-        }
+            ledger,
+        } => match ledger::from_flags(ledger.as_deref(), state_dir.as_deref()) {
+            Ok(l) => operator_result(operator::resolve(&*l, &attempt, as_, &by, note)),
+            Err(e) => usage_error(e),
+        },
         Command::Revoke {
             manifest,
             lease,

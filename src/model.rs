@@ -239,6 +239,59 @@ pub struct LeaseBody {
     pub issued_at: String,
     pub expires_at: String,
     pub max_uses: u64,
+    /// `machine` (default; absent in leases from before portable binding)
+    /// or `portable` (CONTRACT §4 "Binding").
+    #[serde(default, skip_serializing_if = "Binding::is_machine")]
+    pub binding: Binding,
+    /// What a portable lease pins instead of inode, device and timestamps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub portable: Option<PortableIdentity>,
+    /// The ledger that counts this lease's uses, revocations and unknown
+    /// outcomes (a directory, or `postgres://HOST[:PORT]/DB`); absent: the
+    /// runner's state dir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<String>,
+}
+
+/// How a lease binds the executable and the workspace.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Binding {
+    /// This machine: canonical paths, device, inode, timestamps.
+    #[default]
+    Machine,
+    /// By content: the executable's path (workspace-relative when inside
+    /// it), mode and SHA-256; the workspace is where `run` is pointed.
+    Portable,
+}
+
+impl Binding {
+    pub fn is_machine(&self) -> bool {
+        *self == Binding::Machine
+    }
+}
+
+impl fmt::Display for Binding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Binding::Machine => "machine",
+            Binding::Portable => "portable",
+        })
+    }
+}
+
+/// The executable as a portable lease pins it.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PortableIdentity {
+    /// Canonical path, relative to the workspace when the executable lies
+    /// inside it, else absolute.
+    pub executable_path: String,
+    pub in_workspace: bool,
+    pub mode: u32,
+    pub sha256: String,
 }
 
 /// The lease format this binary writes.
@@ -403,6 +456,16 @@ pub struct Revocation {
     pub at: String,
 }
 
+/// A lease replaced by a later approval of the same request.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Supersession {
+    pub lease_id: String,
+    pub by_lease: String,
+    pub at: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(try_from = "ManifestWire", into = "ManifestOut")]
 pub struct Manifest {
@@ -411,6 +474,9 @@ pub struct Manifest {
     /// Revocations only ever take authority away, so they need no signature.
     #[serde(default)]
     pub revocations: Vec<Revocation>,
+    /// Leases replaced by a re-approval; like revocations, they only take
+    /// authority away.
+    pub superseded: Vec<Supersession>,
     /// Leases of a format this binary does not read, kept verbatim.
     pub foreign: Vec<ForeignLease>,
 }
@@ -426,6 +492,9 @@ struct ManifestDoc {
     /// Revocations only ever take authority away, so they need no signature.
     #[serde(default)]
     revocations: Vec<Revocation>,
+    /// Leases replaced by a later approval of the same request.
+    #[serde(default)]
+    superseded: Vec<Supersession>,
 }
 
 #[cfg(feature = "schema")]
@@ -445,6 +514,8 @@ pub struct ManifestWire {
     pub leases: Vec<Box<serde_json::value::RawValue>>,
     #[serde(default)]
     pub revocations: Vec<Revocation>,
+    #[serde(default)]
+    pub superseded: Vec<Supersession>,
 }
 
 impl TryFrom<ManifestWire> for Manifest {
@@ -454,6 +525,7 @@ impl TryFrom<ManifestWire> for Manifest {
             schema: w.schema,
             leases: vec![],
             revocations: w.revocations,
+            superseded: w.superseded,
             foreign: vec![],
         };
         for (i, raw) in w.leases.into_iter().enumerate() {
@@ -491,6 +563,8 @@ pub struct ManifestOut {
     pub schema: String,
     pub leases: Vec<LeaseOut>,
     pub revocations: Vec<Revocation>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub superseded: Vec<Supersession>,
 }
 
 #[derive(Serialize)]
@@ -516,6 +590,7 @@ impl From<Manifest> for ManifestOut {
             schema: m.schema,
             leases,
             revocations: m.revocations,
+            superseded: m.superseded,
         }
     }
 }
@@ -562,6 +637,8 @@ pub enum Reason {
     InvalidInput,
     JournalUnavailable,
     JournalCorrupt,
+    /// The lease's ledger could not be reached or written: zero spawn.
+    LedgerUnavailable,
     ExecFailed,
     /// A lease of a format version this binary does not read: re-approve.
     LeaseFormatUnsupported,
@@ -797,6 +874,17 @@ pub struct SigningReport {
     pub why: String,
 }
 
+/// A git checkout's HEAD as read from `.git` (no git subprocess).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct GitCheckout {
+    /// The commit HEAD names (hex).
+    pub head: String,
+    /// The branch ref HEAD points at, if not detached.
+    pub head_ref: Option<String>,
+}
+
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -817,6 +905,16 @@ pub struct ReceiptBody {
     pub lease: Option<LeaseRef>,
     pub request: Option<Request>,
     pub workspace: Option<String>,
+    /// Which binding the lease used (`machine` or `portable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<Binding>,
+    /// A portable run's workspace: its git checkout's HEAD, when it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_git: Option<GitCheckout>,
+    /// Where this run's use was counted (`state_dir:PATH`, `path:PATH`,
+    /// `postgres://HOST:PORT/DB`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<String>,
     pub command: Option<ExecutableIdentity>,
     pub cwd: Option<DirIdentity>,
     pub outcome: Outcome,

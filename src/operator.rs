@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use crate::cli::ReceiptFormat;
-use crate::journal::{self, AttemptState, Classification, Event, Journal};
+use crate::journal::{self, Classification, Event};
+use crate::ledger::{self, Ledger, ResolveError};
 use crate::{escape, lease, receipt, sign, view};
 
 pub fn keygen(prefix: &Path) -> Result<(), String> {
@@ -51,9 +52,9 @@ pub fn receipt_show(path: &Path, format: ReceiptFormat) -> Result<(), String> {
     Ok(())
 }
 
-pub fn journal_list(state_dir: &Path, json: bool) -> Result<(), String> {
-    let entries = journal::read_all(state_dir).map_err(|e| e.to_string())?;
-    let attempts = journal::attempts_of(&entries, state_dir);
+pub fn journal_list(l: &dyn Ledger, json: bool) -> Result<(), String> {
+    let entries = ledger::all_entries(l).map_err(|e| e.to_string())?;
+    let attempts = ledger::attempts(l, &entries);
     if json {
         crate::outln!(
             "{}",
@@ -102,8 +103,8 @@ pub fn journal_list(state_dir: &Path, json: bool) -> Result<(), String> {
 }
 
 /// Returns false when the attempt is unknown to the journal.
-pub fn journal_show(state_dir: &Path, attempt: &str, json: bool) -> Result<bool, String> {
-    let entries = journal::read_all(state_dir).map_err(|e| e.to_string())?;
+pub fn journal_show(l: &dyn Ledger, attempt: &str, json: bool) -> Result<bool, String> {
+    let entries = ledger::all_entries(l).map_err(|e| e.to_string())?;
     let records: Vec<&journal::Record> = entries
         .iter()
         .map(|e| &e.record)
@@ -117,7 +118,7 @@ pub fn journal_show(state_dir: &Path, attempt: &str, json: bool) -> Result<bool,
     if records.is_empty() {
         return Ok(false);
     }
-    let summary = journal::attempts_of(&entries, state_dir)
+    let summary = ledger::attempts(l, &entries)
         .into_iter()
         .find(|a| a.attempt_id == attempt);
     let doc = serde_json::json!({ "attempt": summary, "records": records });
@@ -135,10 +136,68 @@ pub fn journal_show(state_dir: &Path, attempt: &str, json: bool) -> Result<bool,
     Ok(true)
 }
 
+/// Re-walk every chain of the ledger, re-derive each Goal's state from its
+/// records and check the invariants (for a local ledger also its
+/// checkpoints). Returns whether all is sound; a ledger that cannot be read
+/// is not sound.
+pub fn journal_verify(l: &dyn Ledger) -> Result<bool, String> {
+    if let Some(dir) = l.local_dir() {
+        return journal_verify_dir(dir);
+    }
+    let results = match l.chains() {
+        Ok(r) => r,
+        Err(e) => {
+            println!("BROKEN  {e}");
+            return Ok(false);
+        }
+    };
+    let mut ok = true;
+    for (label, r) in &results {
+        let entries = match r {
+            Ok(e) => e,
+            Err(e) => {
+                ok = false;
+                println!("BROKEN  {e}");
+                continue;
+            }
+        };
+        let problems = journal::invariant_violations(entries);
+        if !problems.is_empty() {
+            ok = false;
+            for p in &problems {
+                println!("BROKEN  {label}: {p}");
+            }
+            continue;
+        }
+        let summary = journal::Summary::of(entries);
+        let spent: u64 = summary.uses.values().sum();
+        let blocking: Vec<&str> = summary
+            .open
+            .iter()
+            .filter(|(id, a)| a.result_unknown || !l.attempt_is_live(id))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        println!(
+            "ok      {label} ({} records; re-derived: {spent} use(s) spent, {} unknown attempt(s) blocking{})",
+            entries.len(),
+            blocking.len(),
+            if blocking.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", blocking.join(", "))
+            }
+        );
+    }
+    if results.is_empty() {
+        println!("ok      no journal in {}", l.name());
+    }
+    Ok(ok)
+}
+
 /// Re-walk every chain, re-derive each Goal's state from its records,
 /// check the invariants and the checkpoint. Returns whether all is sound;
 /// a journal directory that cannot be read is not sound.
-pub fn journal_verify(state_dir: &Path) -> Result<bool, String> {
+fn journal_verify_dir(state_dir: &Path) -> Result<bool, String> {
     let results = match journal::verify_all(state_dir) {
         Ok(r) => r,
         Err(e) => {
@@ -199,57 +258,18 @@ pub enum OperatorError {
 }
 
 pub fn resolve(
-    state_dir: &Path,
+    l: &dyn Ledger,
     attempt: &str,
     as_: Classification,
     by: &str,
     note: Option<String>,
 ) -> Result<(), OperatorError> {
-    let goal_id = journal::goal_of_attempt(state_dir, attempt)
-        .map_err(|e| OperatorError::Failed(e.to_string()))?
-        .ok_or_else(|| {
-            OperatorError::UnknownId(format!(
-                "attempt {attempt:?} is not in the journal at {}",
-                state_dir.display()
-            ))
-        })?;
-    let mut j =
-        Journal::open(state_dir, &goal_id).map_err(|e| OperatorError::Failed(e.to_string()))?;
-    let summary = j
-        .open_attempts(state_dir)
-        .into_iter()
-        .find(|a| a.attempt_id == attempt)
-        .ok_or_else(|| {
-            OperatorError::UnknownId(format!(
-                "attempt {attempt} already has a result or a resolution: there is nothing to resolve"
-            ))
-        })?;
-    if summary.state != AttemptState::Unknown {
-        let state = serde_json::to_value(summary.state)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default();
-        return Err(OperatorError::UnknownId(format!(
-            "attempt {attempt} is {state}, not unknown: there is nothing to resolve"
-        )));
-    }
-    j.append(Event::Resolution {
-        attempt_id: attempt.to_string(),
-        classification: as_,
-        by: by.to_string(),
-        note,
-    })
-    .map_err(|e| OperatorError::Failed(e.to_string()))?;
+    let lease_id = ledger::resolve(l, attempt, as_, by, note).map_err(|e| match e {
+        ResolveError::UnknownId(m) => OperatorError::UnknownId(m),
+        ResolveError::Failed(m) => OperatorError::Failed(m),
+    })?;
     if as_ == Classification::Stop {
-        j.append(Event::Revocation {
-            lease_id: summary.lease_id.clone(),
-            by: by.to_string(),
-        })
-        .map_err(|e| OperatorError::Failed(e.to_string()))?;
-        eprintln!(
-            "resolved {attempt} as stop; lease {} is revoked",
-            summary.lease_id
-        );
+        eprintln!("resolved {attempt} as stop; lease {lease_id} is revoked");
     } else {
         eprintln!(
             "resolved {attempt}; this is a classification, not evidence: no receipt was created"
@@ -272,6 +292,7 @@ pub fn revoke(
         )));
     };
     let goal_id = l.body.goal.id.clone();
+    let named = l.body.ledger.clone();
     lease::update_manifest(manifest, false, |m| {
         if !m.revocations.iter().any(|r| r.lease_id == lease_id) {
             m.revocations.push(crate::model::Revocation {
@@ -283,13 +304,25 @@ pub fn revoke(
         Ok(())
     })
     .map_err(OperatorError::Failed)?;
-    // Also record it in the journal, so the audit trail has it.
-    if let Ok(mut j) = Journal::open(state_dir, &goal_id) {
-        let _ = j.append(Event::Revocation {
-            lease_id: lease_id.to_string(),
-            by: by.to_string(),
-        });
+    // Also record it in the lease's ledger. A named ledger is where every
+    // runner checks, so an old manifest copy cannot bring the lease back:
+    // failing to write it there is an error. The state dir's journal is
+    // only the local audit trail.
+    let l = ledger::for_lease(named.as_deref(), state_dir).map_err(OperatorError::Failed)?;
+    match ledger::revoke(&*l, &goal_id, lease_id, by) {
+        Ok(()) => {}
+        Err(e) if l.is_named() => {
+            return Err(OperatorError::Failed(format!(
+                "lease {lease_id} is revoked in {} but not yet in its ledger: {e}; run revoke again once the ledger is reachable",
+                manifest.display()
+            )))
+        }
+        Err(_) => {}
     }
-    eprintln!("revoked lease {}", escape::visible(lease_id));
+    eprintln!(
+        "revoked lease {} (manifest and ledger {})",
+        escape::visible(lease_id),
+        escape::visible(&l.name())
+    );
     Ok(())
 }

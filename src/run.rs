@@ -20,7 +20,8 @@ use nix::sys::signalfd::SignalFd;
 use crate::admission::{self, Admitted, Refusal, Selection};
 use crate::cgroup::RunCgroups;
 use crate::goal::{self, LoadedGoal};
-use crate::journal::{self, AttemptLock, Event, Journal, JournalError};
+use crate::journal::{self, Event, Journal, JournalError};
+use crate::ledger::{self, GoalSession, Ledger, LedgerError};
 use crate::model::{
     Cleanup, CleanupState, GoalRef, LeaseRef, Outcome, OutcomeClass, Profile, Reason, ReceiptBody,
     Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
@@ -37,6 +38,7 @@ pub struct RunArgs {
     pub trust: PathBuf,
     pub key: Option<PathBuf>,
     pub state_dir: Option<PathBuf>,
+    pub workspace: Option<PathBuf>,
     pub receipt: Option<PathBuf>,
     pub stream: bool,
     pub request: Option<String>,
@@ -103,6 +105,9 @@ impl Draft {
             lease: None,
             request: self.request.clone(),
             workspace: None,
+            binding: None,
+            workspace_git: None,
+            ledger: None,
             command: None,
             cwd: None,
             outcome,
@@ -211,6 +216,16 @@ fn not_executed(reason: Reason, message: String) -> Outcome {
     }
 }
 
+/// A ledger that cannot be used: the state dir's journal keeps its old
+/// reasons; a ledger the lease names is `ledger_unavailable`.
+fn ledger_refusal(l: &dyn Ledger, e: LedgerError) -> Refusal {
+    match e {
+        LedgerError::Corrupt(m) => Refusal::new(Reason::JournalCorrupt, m),
+        LedgerError::Unavailable(m) if l.is_named() => Refusal::new(Reason::LedgerUnavailable, m),
+        LedgerError::Unavailable(m) => Refusal::new(Reason::JournalUnavailable, m),
+    }
+}
+
 fn journal_refusal(e: JournalError) -> Refusal {
     match e {
         JournalError::Corrupt { .. } => Refusal::new(Reason::JournalCorrupt, e.to_string()),
@@ -264,6 +279,8 @@ fn selection(args: &RunArgs) -> Result<Selection, String> {
     if let Some(id) = &args.lease {
         return Ok(Selection::LeaseId(id.clone()));
     }
+    // A request file always names its profile; `-- CMD` only with --profile.
+    let profile_given = args.request.is_some() || args.profile.is_some();
     let request = match &args.request {
         Some(src) => read_request(src)?,
         None => {
@@ -286,7 +303,10 @@ fn selection(args: &RunArgs) -> Result<Selection, String> {
         }
     };
     check_request(&request)?;
-    Ok(Selection::Request(request))
+    Ok(Selection::Request {
+        request,
+        profile_given,
+    })
 }
 
 /// Size bound of a request (a file or stdin).
@@ -447,11 +467,23 @@ fn journal_refusal_record(state_dir: &Path, goal_id: &str, r: &Refusal) {
 }
 
 fn append_refusal(journal: &mut Journal, r: &Refusal) {
-    let _ = journal.append(Event::Refusal {
+    let _ = journal.append(refusal_event(r));
+}
+
+fn refusal_event(r: &Refusal) -> Event {
+    Event::Refusal {
         lease_id: r.lease.as_ref().map(|l| l.body.lease_id.clone()),
         reason: r.reason,
         message: r.message.clone(),
-    });
+    }
+}
+
+/// Record a refusal in the ledger session that admitted (best effort: the
+/// receipt is what counts) and end the session.
+fn record_refusal(mut session: Box<dyn GoalSession>, r: &Refusal) {
+    if session.append(refusal_event(r)).is_ok() {
+        let _ = session.commit();
+    }
 }
 
 /// Drain the signalfd without blocking: the cancelling signal (SIGTERM,
@@ -511,8 +543,8 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         Ok(s) => s,
         Err(e) => return refuse_early(&draft, Refusal::new(Reason::InvalidInput, e)),
     };
-    if let Selection::Request(r) = &selection {
-        draft.request = Some(r.clone());
+    if let Selection::Request { request, .. } = &selection {
+        draft.request = Some(request.clone());
     }
     let manifest = match lease::load_manifest(&args.manifest) {
         Ok(m) => m,
@@ -529,29 +561,72 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         Ok(k) => k,
         Err(r) => return refuse_early(&draft, r),
     };
-    // Open and hash (into the sealed snapshot) before the Goal's journal
+    let canonical = |p: &Path, what: &str| {
+        std::fs::canonicalize(p)
+            .map_err(|e| Refusal::new(Reason::InvalidInput, format!("{what} {}: {e}", p.display())))
+    };
+    let workspace = match args
+        .workspace
+        .as_deref()
+        .map(|w| canonical(w, "--workspace"))
+        .transpose()
+    {
+        Ok(w) => w,
+        Err(r) => return refuse_early(&draft, r),
+    };
+    let here = match canonical(Path::new("."), "current directory") {
+        Ok(h) => h,
+        Err(r) => return refuse_early(&draft, r),
+    };
+    // Open and hash (into the sealed snapshot) before the Goal's ledger
     // lock: other runs of the Goal never wait for this run's I/O.
     let now = SystemTime::now();
-    let prepared = match admission::prepare(&manifest, &goal, &trust, now, &selection) {
+    let place = admission::RunPlace {
+        workspace: workspace.as_deref(),
+        here: &here,
+    };
+    let prepared = match admission::prepare(&manifest, &goal, &trust, now, &selection, place) {
         Ok(p) => p,
         Err(r) => return refuse_early(&draft, r),
     };
-    let mut journal = match Journal::open(&state_dir, &goal.goal.id) {
-        Ok(j) => j,
-        Err(e) => return draft.refuse(journal_refusal(e)),
+    // The ledger is the one the matching lease names (else the state dir).
+    let named: Vec<Option<String>> = {
+        let mut v: Vec<Option<String>> = admission::candidates(&manifest, &selection)
+            .iter()
+            .map(|l| l.body.ledger.clone())
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    if named.len() > 1 {
+        return refuse_early(
+            &draft,
+            Refusal::new(
+                Reason::NoMatchingLease,
+                "the leases matching this request name different ledgers: give --lease ID",
+            ),
+        );
+    }
+    let led = match ledger::for_lease(named.first().cloned().flatten().as_deref(), &state_dir) {
+        Ok(l) => l,
+        Err(e) => return refuse_early(&draft, Refusal::new(Reason::InvalidInput, e)),
+    };
+    let session = match led.open_goal(&goal.goal.id) {
+        Ok(s) => s,
+        Err(e) => return draft.refuse(ledger_refusal(&*led, e)),
     };
     let ctx = admission::Context {
         manifest: &manifest,
         goal: &goal,
         trust: &trust,
-        journal: &journal,
-        state_dir: &state_dir,
+        ledger: &*session,
         now,
     };
     let admitted = match admission::admit(&ctx, prepared) {
         Ok(a) => a,
         Err(r) => {
-            append_refusal(&mut journal, &r);
+            record_refusal(session, &r);
             return draft.refuse(r);
         }
     };
@@ -559,7 +634,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
     execute(
         draft,
         admitted,
-        journal,
+        (session, &*led),
         &goal,
         &state_dir,
         (key, key_path),
@@ -572,7 +647,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
 fn execute(
     mut draft: Draft,
     admitted: Admitted,
-    mut journal: Journal,
+    (session, led): (Box<dyn GoalSession>, &dyn Ledger),
     goal: &LoadedGoal,
     state_dir: &Path,
     (key, key_path): (SigningKey, PathBuf),
@@ -586,15 +661,16 @@ fn execute(
     };
     // Refusals decided after admission are journaled like admission's, so
     // the audit trail is complete (the journal is still held here).
-    let refuse_with_lease = |draft: &Draft, journal: &mut Journal, reason: Reason, msg: String| {
-        let r = Refusal {
-            reason,
-            message: msg,
-            lease: Some(Box::new(admitted.lease.clone())),
+    let refuse_with_lease =
+        |draft: &Draft, session: Box<dyn GoalSession>, reason: Reason, msg: String| {
+            let r = Refusal {
+                reason,
+                message: msg,
+                lease: Some(Box::new(admitted.lease.clone())),
+            };
+            record_refusal(session, &r);
+            draft.refuse(r)
         };
-        append_refusal(journal, &r);
-        draft.refuse(r)
-    };
     let attempt_id = new_id("att");
     let owner = body.isolation.as_user.map(|u| (u.uid, u.gid));
     let sweep = scratch::sweep_due(state_dir);
@@ -604,7 +680,7 @@ fn execute(
         Err(e) => {
             return refuse_with_lease(
                 &draft,
-                &mut journal,
+                session,
                 Reason::IsolationUnavailable,
                 format!(
                     "cannot create the private HOME/TMPDIR under {}: {e}",
@@ -617,8 +693,11 @@ fn execute(
             )
         }
     };
+    // The workspace this run is in: the lease's (machine binding) or the
+    // one `run` was pointed at (portable).
+    let workspace_path = PathBuf::from(&admitted.workspace.identity.path);
     let writable = vec![
-        PathBuf::from(&body.workspace.path),
+        workspace_path.clone(),
         scratch.home.clone(),
         scratch.tmp.clone(),
     ];
@@ -628,7 +707,7 @@ fn execute(
     };
     let mut prepared = match isolation::prepare(&body.isolation, &writable, &protect) {
         Ok(p) => p,
-        Err(e) => return refuse_with_lease(&draft, &mut journal, Reason::IsolationUnavailable, e),
+        Err(e) => return refuse_with_lease(&draft, session, Reason::IsolationUnavailable, e),
     };
     let cgroups = RunCgroups::create(&attempt_id, body.limits.max_processes, sweep);
     // RLIMIT_NPROC counts every process of the uid and does not bind root:
@@ -642,7 +721,7 @@ fn execute(
             false
         }
         None if prepared.report.uid == 0 => {
-            return refuse_with_lease(&draft, &mut journal, Reason::IsolationUnavailable, format!(
+            return refuse_with_lease(&draft, session, Reason::IsolationUnavailable, format!(
                 "max_processes ({}) cannot be enforced: the child runs as root, which RLIMIT_NPROC does not bind, and no pids cgroup could be created here",
                 body.limits.max_processes
             ))
@@ -663,7 +742,7 @@ fn execute(
             Err(_) => {
                 return refuse_with_lease(
                     &draft,
-                    &mut journal,
+                    session,
                     Reason::InvalidInput,
                     "argv contains a NUL byte".into(),
                 )
@@ -686,7 +765,7 @@ fn execute(
     if admitted.exe.on_noexec_mount {
         return refuse_with_lease(
             &draft,
-            &mut journal,
+            session,
             Reason::ExecFailed,
             format!(
                 "executable {} lies on a noexec mount: the kernel does not execute files there",
@@ -697,7 +776,7 @@ fn execute(
     let Some(exe_snapshot) = admitted.exe.snapshot.as_ref() else {
         return refuse_with_lease(
             &draft,
-            &mut journal,
+            session,
             Reason::ExecFailed,
             "internal: the executable was admitted without its sealed snapshot".into(),
         );
@@ -707,7 +786,7 @@ fn execute(
         Err(e) => {
             return refuse_with_lease(
                 &draft,
-                &mut journal,
+                session,
                 Reason::ExecFailed,
                 format!("/dev/null: {e}"),
             )
@@ -719,24 +798,14 @@ fn execute(
     // stays pending in the signalfd and is forwarded to the child.)
     if let Some(sig) = pending_cancel(signals) {
         let r = cancelled_before_spawn(sig);
-        append_refusal(&mut journal, &r);
+        record_refusal(session, &r);
         return draft.refuse(Refusal {
             lease: Some(Box::new(admitted.lease.clone())),
             ..r
         });
     }
-    // Write-ahead: the lock the live runner holds, then the executing record.
-    let lock = match AttemptLock::acquire(state_dir, &attempt_id) {
-        Ok(l) => l,
-        Err(e) => {
-            return refuse_with_lease(
-                &draft,
-                &mut journal,
-                Reason::JournalUnavailable,
-                e.to_string(),
-            )
-        }
-    };
+    // Write-ahead: the liveness witness, then the executing record, durable
+    // in the lease's ledger before anything is spawned.
     let executing = Event::Executing {
         attempt_id: attempt_id.clone(),
         lease_id: body.lease_id.clone(),
@@ -748,18 +817,17 @@ fn execute(
         executable: Box::new(admitted.exe.identity.clone()),
         cwd: Box::new(admitted.cwd.identity.clone()),
     };
-    let committed = match journal.commit_executing(executing) {
-        Ok(c) => c,
+    let (committed, mut hold) = match session.spend(&attempt_id, executing) {
+        Ok(s) => s,
         Err(e) => {
-            return refuse_with_lease(
-                &draft,
-                &mut journal,
-                Reason::JournalUnavailable,
-                e.to_string(),
-            )
+            // Nothing was spent: the session's transaction is gone with it.
+            let r = ledger_refusal(led, e);
+            return draft.refuse(Refusal {
+                lease: Some(Box::new(admitted.lease.clone())),
+                ..r
+            });
         }
     };
-    drop(journal);
     draft.attempt_id = Some(attempt_id.clone());
     fault::point("after_executing");
 
@@ -795,7 +863,12 @@ fn execute(
 
     let mut receipt_body = draft.base(not_executed(Reason::ExecFailed, String::new()));
     receipt_body.lease = Some(lease_ref);
-    receipt_body.workspace = Some(body.workspace.path.clone());
+    receipt_body.workspace = Some(workspace_path.display().to_string());
+    receipt_body.binding = Some(body.binding);
+    receipt_body.ledger = Some(led.name());
+    if body.portable.is_some() {
+        receipt_body.workspace_git = ledger::git_head(&workspace_path);
+    }
     receipt_body.command = Some(admitted.exe.identity.clone());
     receipt_body.cwd = Some(admitted.cwd.identity.clone());
     receipt_body.limits = Some(*l);
@@ -847,8 +920,7 @@ fn execute(
                 .duration_since(s.started)
                 .unwrap_or_default()
                 .as_millis() as u64;
-            receipt_body.products =
-                receipt::products(Path::new(&body.workspace.path), &goal.product_paths());
+            receipt_body.products = receipt::products(&workspace_path, &goal.product_paths());
             if let Some(iso) = receipt_body.isolation.as_mut() {
                 iso.kernel_view = s.kernel_view.clone();
             }
@@ -872,23 +944,21 @@ fn execute(
         );
     }
     fault::point("before_result");
-    let result_written = Journal::open(state_dir, &body.goal.id).and_then(|mut j| {
-        j.append(Event::Result {
-            attempt_id: attempt_id.clone(),
-            outcome: outcome.class,
-            reason: outcome.reason,
-            exit_code: outcome.exit_code,
-            signal: outcome.signal,
-            cleanup: cleanup_state,
-            receipt_sha256: receipt_digest,
-        })
+    let result_written = hold.record_result(Event::Result {
+        attempt_id: attempt_id.clone(),
+        outcome: outcome.class,
+        reason: outcome.reason,
+        exit_code: outcome.exit_code,
+        signal: outcome.signal,
+        cleanup: cleanup_state,
+        receipt_sha256: receipt_digest,
     });
     if let Err(e) = result_written {
         eprintln!("governed-exec: warning: the result record could not be written ({e}); this attempt will read as `unknown` until resolved");
     }
     fault::point("before_print");
     draft.output(&receipt_text);
-    lock.release();
+    hold.release();
     drop(scratch);
     if outcome.class != OutcomeClass::KnownNotExecuted {
         if let Some(m) = &outcome.message {

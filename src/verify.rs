@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::goal::{self, LoadedGoal};
 use crate::identity;
-use crate::journal::{self, Event};
+use crate::journal::Event;
 use crate::model::{
     parse_json, CleanupState, Criterion, OutcomeClass, Statement, DSSE_PAYLOAD_TYPE,
     PREDICATE_TYPE, RECEIPT_SCHEMA, STATEMENT_TYPE,
@@ -59,12 +59,17 @@ pub fn verify(
     trust_path: &Path,
     state_dir: Option<&Path>,
     allow_key_in_reach: bool,
+    ledger: Option<&str>,
 ) -> Result<Verdict, String> {
     let goal = goal::load(goal_path)?;
+    let cross_check = match (state_dir, ledger) {
+        (None, None) => None,
+        (s, l) => Some(crate::ledger::from_flags(l, s)?),
+    };
     let trust = sign::load_verifying_key(trust_path).map_err(|e| e.to_string())?;
     let bytes = crate::journal::read_bounded(receipt_path, crate::receipt::MAX_RECEIPT_BYTES)
         .map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
-    let mut v = judge(&goal, &bytes, &trust, state_dir);
+    let mut v = judge(&goal, &bytes, &trust, cross_check.as_deref());
     v.key_in_reach_allowed = allow_key_in_reach;
     if allow_key_in_reach {
         v.unmet
@@ -132,7 +137,7 @@ fn judge(
     goal: &LoadedGoal,
     bytes: &[u8],
     trust: &ed25519_dalek::VerifyingKey,
-    state_dir: Option<&Path>,
+    ledger: Option<&dyn crate::ledger::Ledger>,
 ) -> Verdict {
     let env: crate::model::Envelope = match parse_json("receipt", bytes) {
         Ok(e) => e,
@@ -289,8 +294,8 @@ fn judge(
             }
         }
     }
-    if let Some(dir) = state_dir {
-        if let Some(why) = cross_check_journal(dir, &stmt, &payload) {
+    if let Some(l) = ledger {
+        if let Some(why) = cross_check_journal(l, &stmt, &payload) {
             unmet.push(format!("journal: {why}"));
         }
     }
@@ -359,8 +364,12 @@ fn check_file(
     None
 }
 
-fn cross_check_journal(state_dir: &Path, stmt: &Statement, payload: &[u8]) -> Option<String> {
-    let entries = match journal::read_all(state_dir) {
+fn cross_check_journal(
+    l: &dyn crate::ledger::Ledger,
+    stmt: &Statement,
+    payload: &[u8],
+) -> Option<String> {
+    let entries = match crate::ledger::all_entries(l) {
         Ok(e) => e,
         Err(e) => return Some(e.to_string()),
     };
@@ -438,7 +447,13 @@ mod tests {
     fn judge_stmt(stmt: &Statement, state_dir: Option<&Path>) -> Verdict {
         let goal = goal::from_bytes("goal", FUZZ_GOAL).unwrap();
         let key = SigningKey::from_bytes(&FUZZ_KEY).verifying_key();
-        judge(&goal, &signed(stmt).0, &key, state_dir)
+        let ledger = state_dir.map(crate::ledger::LocalLedger::state_dir);
+        judge(
+            &goal,
+            &signed(stmt).0,
+            &key,
+            ledger.as_ref().map(|l| l as &dyn crate::ledger::Ledger),
+        )
     }
 
     use crate::receipt;
@@ -583,18 +598,39 @@ mod tests {
         j.append(result("att-2", sign::sha256_hex(&p1))).unwrap();
         drop(j);
 
-        assert_eq!(cross_check_journal(dir.path(), &first, &p1), None);
-        let why = cross_check_journal(dir.path(), &second, &p2).unwrap();
+        assert_eq!(
+            cross_check_journal(
+                &crate::ledger::LocalLedger::state_dir(dir.path()),
+                &first,
+                &p1
+            ),
+            None
+        );
+        let why = cross_check_journal(
+            &crate::ledger::LocalLedger::state_dir(dir.path()),
+            &second,
+            &p2,
+        )
+        .unwrap();
         assert!(why.contains("names a different receipt"), "{why}");
         // The first receipt presented as the second attempt's.
         let mut swapped = first.clone();
         swapped.predicate.attempt_id = Some("att-2".into());
-        let why = cross_check_journal(dir.path(), &swapped, &p1).unwrap();
+        let why = cross_check_journal(
+            &crate::ledger::LocalLedger::state_dir(dir.path()),
+            &swapped,
+            &p1,
+        )
+        .unwrap();
         assert!(why.contains("does not close"), "{why}");
         let mut missing = first.clone();
         missing.predicate.attempt_id = Some("att-9".into());
-        assert!(cross_check_journal(dir.path(), &missing, &p1)
-            .unwrap()
-            .contains("not in the journal"));
+        assert!(cross_check_journal(
+            &crate::ledger::LocalLedger::state_dir(dir.path()),
+            &missing,
+            &p1
+        )
+        .unwrap()
+        .contains("not in the journal"));
     }
 }

@@ -98,6 +98,8 @@ fn github_actions_example_writes_both_views_to_the_job_summary() {
         .env("PATH", path)
         .env("GITHUB_STEP_SUMMARY", &summary)
         .env("GOVERNED_EXEC_STATE_DIR", &e.state)
+        // The lease of this job used no --ledger: its ledger is the state dir.
+        .env("GOVERNED_EXEC_LEDGER", &e.state)
         .output()
         .unwrap();
     assert!(o.status.success(), "{script}\n{o:?}");

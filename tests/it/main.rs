@@ -5,6 +5,7 @@
 #[macro_use]
 mod support;
 
+mod ci_flow;
 mod ci_summary;
 mod examples;
 mod fuzz_regressions;
@@ -14,10 +15,12 @@ mod interop;
 mod isolation;
 mod journal;
 mod lease_rules;
+mod ledger_pg;
 mod lifecycle;
 mod outcomes;
 mod output;
 mod pipeline;
+mod portable;
 mod rootchild;
 mod speed;
 mod supervision;

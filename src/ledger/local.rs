@@ -1,0 +1,151 @@
+//! The local store: the journal files of one directory (the runner's state
+//! dir, or the directory a lease names with `--ledger PATH`). Uses are
+//! counted per directory: runners that do not share it do not share counts.
+
+use std::path::{Path, PathBuf};
+
+use crate::journal::{self, AttemptLock, Committed, Event, Journal, JournalError, Summary};
+
+use super::{AttemptHold, Chain, GoalSession, Ledger, LedgerError};
+
+pub struct LocalLedger {
+    dir: PathBuf,
+    named: bool,
+}
+
+impl LocalLedger {
+    /// The runner's state dir (no `--ledger`).
+    pub fn state_dir(dir: &Path) -> LocalLedger {
+        LocalLedger {
+            dir: dir.to_path_buf(),
+            named: false,
+        }
+    }
+
+    /// A directory a lease names.
+    pub fn named(dir: &Path) -> LocalLedger {
+        LocalLedger {
+            dir: dir.to_path_buf(),
+            named: true,
+        }
+    }
+}
+
+fn err(e: JournalError) -> LedgerError {
+    match e {
+        JournalError::Corrupt { .. } => LedgerError::Corrupt(e.to_string()),
+        JournalError::Unavailable { .. } => LedgerError::Unavailable(e.to_string()),
+    }
+}
+
+impl Ledger for LocalLedger {
+    fn name(&self) -> String {
+        if self.named {
+            self.dir.display().to_string()
+        } else {
+            format!("state dir {}", self.dir.display())
+        }
+    }
+
+    fn is_named(&self) -> bool {
+        self.named
+    }
+
+    fn open_goal(&self, goal_id: &str) -> Result<Box<dyn GoalSession>, LedgerError> {
+        let journal = Journal::open(&self.dir, goal_id).map_err(err)?;
+        Ok(Box::new(LocalGoal {
+            journal,
+            dir: self.dir.clone(),
+            goal_id: goal_id.to_string(),
+        }))
+    }
+
+    fn chains(&self) -> Result<Vec<Chain>, LedgerError> {
+        let checks = journal::verify_all(&self.dir).map_err(err)?;
+        let mut out = Vec::new();
+        for (path, r) in checks {
+            let r = r
+                .and_then(|_| {
+                    let bytes =
+                        std::fs::read(&path).map_err(|source| JournalError::Unavailable {
+                            path: path.display().to_string(),
+                            source,
+                        })?;
+                    journal::parse_chain(&path, &bytes)
+                })
+                .map_err(|e| e.to_string());
+            out.push((path.display().to_string(), r));
+        }
+        Ok(out)
+    }
+
+    fn attempt_is_live(&self, attempt_id: &str) -> bool {
+        journal::attempt_is_live(&self.dir, attempt_id)
+    }
+
+    fn local_dir(&self) -> Option<&Path> {
+        Some(&self.dir)
+    }
+}
+
+struct LocalGoal {
+    journal: Journal,
+    dir: PathBuf,
+    goal_id: String,
+}
+
+impl GoalSession for LocalGoal {
+    fn summary(&self) -> &Summary {
+        self.journal.summary()
+    }
+
+    fn is_live(&self, attempt_id: &str) -> bool {
+        journal::attempt_is_live(&self.dir, attempt_id)
+    }
+
+    fn append(&mut self, event: Event) -> Result<String, LedgerError> {
+        self.journal.append(event).map_err(err)
+    }
+
+    fn commit(self: Box<Self>) -> Result<(), LedgerError> {
+        Ok(())
+    }
+
+    fn spend(
+        mut self: Box<Self>,
+        attempt_id: &str,
+        executing: Event,
+    ) -> Result<(Committed, Box<dyn AttemptHold>), LedgerError> {
+        // The witness first: a reader that sees the record sees it held.
+        let lock = AttemptLock::acquire(&self.dir, attempt_id).map_err(err)?;
+        let committed = self.journal.commit_executing(executing).map_err(err)?;
+        Ok((
+            committed,
+            Box::new(LocalAttempt {
+                dir: self.dir.clone(),
+                goal_id: self.goal_id.clone(),
+                lock: Some(lock),
+            }),
+        ))
+    }
+}
+
+struct LocalAttempt {
+    dir: PathBuf,
+    goal_id: String,
+    lock: Option<AttemptLock>,
+}
+
+impl AttemptHold for LocalAttempt {
+    fn record_result(&mut self, result: Event) -> Result<String, LedgerError> {
+        Journal::open(&self.dir, &self.goal_id)
+            .and_then(|mut j| j.append(result))
+            .map_err(err)
+    }
+
+    fn release(mut self: Box<Self>) {
+        if let Some(l) = self.lock.take() {
+            l.release();
+        }
+    }
+}

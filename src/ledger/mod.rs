@@ -1,0 +1,368 @@
+//! The ledger: where a lease's uses are spent, its revocations live and an
+//! unknown outcome blocks its Goal (CONTRACT §6.7).
+//!
+//! One interface, two stores:
+//!
+//! ```text
+//!                     ┌────────────── Ledger ──────────────┐
+//!  run / journal /    │ open_goal → GoalSession             │
+//!  resolve / revoke ─▶│   summary, is_live, append, commit, │
+//!  / verify           │   spend → AttemptHold (result)      │
+//!                     │ chains, attempts                    │
+//!                     └───────┬──────────────────┬─────────┘
+//!                        LocalLedger          PgLedger
+//!                 (state dir or --ledger DIR)  (--ledger postgres://HOST/DB)
+//! ```
+//!
+//! Both keep the same records (`journal::Record`, hash-chained per Goal) and
+//! fold them the same way (`journal::Summary`). A Goal's records are locked
+//! for the read-check-append of admission (flock on the journal file; a row
+//! lock on the Goal's head row), and a live runner holds a liveness witness
+//! for the attempt's lifetime (flock on the attempt's lock file; a session
+//! advisory lock), which a dead runner's kernel or server releases: an open
+//! attempt whose witness is free is `unknown` for every reader.
+
+mod local;
+mod pg;
+
+use std::path::{Path, PathBuf};
+
+use crate::journal::{
+    AttemptState, AttemptSummary, Classification, Committed, Entry, Event, Summary,
+};
+
+pub use local::LocalLedger;
+pub use pg::PgLedger;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// Cannot be reached, read or written: nothing may be spent.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A record or chain that does not check out: fail closed.
+    #[error("{0}")]
+    Corrupt(String),
+}
+
+/// One Goal's chain: a label, and its records or what breaks it.
+pub type Chain = (String, Result<Vec<Entry>, String>);
+
+/// Where a ledger lives, as `--ledger` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LedgerSpec {
+    Path(PathBuf),
+    Postgres(pg::PgTarget),
+}
+
+impl LedgerSpec {
+    /// Parse `--ledger PATH|postgres://HOST[:PORT]/DB`. A PostgreSQL address
+    /// carries no credentials and no options: those come from the libpq
+    /// environment only.
+    pub fn parse(s: &str) -> Result<LedgerSpec, String> {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return pg::PgTarget::parse(s).map(LedgerSpec::Postgres);
+        }
+        if s.is_empty() || s.contains('\0') {
+            return Err("--ledger: empty path".into());
+        }
+        if s.contains("://") {
+            return Err(format!(
+                "--ledger {s:?}: a ledger is a directory or postgres://HOST[:PORT]/DB"
+            ));
+        }
+        Ok(LedgerSpec::Path(PathBuf::from(s)))
+    }
+
+    /// The string a lease records: an absolute directory (created here if
+    /// missing) or the normalised PostgreSQL address.
+    pub fn for_lease(&self) -> Result<String, String> {
+        match self {
+            LedgerSpec::Path(p) => {
+                crate::journal::ensure_dir(p).map_err(|e| format!("--ledger: {e}"))?;
+                std::fs::canonicalize(p)
+                    .map(|c| c.display().to_string())
+                    .map_err(|e| format!("--ledger {}: {e}", p.display()))
+            }
+            LedgerSpec::Postgres(t) => Ok(t.to_string()),
+        }
+    }
+
+    pub fn open(&self) -> Box<dyn Ledger> {
+        match self {
+            LedgerSpec::Path(p) => Box::new(LocalLedger::named(p)),
+            LedgerSpec::Postgres(t) => Box::new(PgLedger::new(t.clone())),
+        }
+    }
+}
+
+/// The ledger given on the command line of `journal`, `resolve`, `verify`:
+/// `--ledger` if given, else the state dir.
+pub fn from_flags(
+    ledger: Option<&str>,
+    state_dir: Option<&Path>,
+) -> Result<Box<dyn Ledger>, String> {
+    match ledger {
+        Some(l) => Ok(LedgerSpec::parse(l)?.open()),
+        None => Ok(Box::new(LocalLedger::state_dir(
+            &state_dir
+                .map(Path::to_path_buf)
+                .unwrap_or_else(crate::journal::default_state_dir),
+        ))),
+    }
+}
+
+/// The ledger of a lease: the one it names, else the runner's state dir.
+pub fn for_lease(named: Option<&str>, state_dir: &Path) -> Result<Box<dyn Ledger>, String> {
+    match named {
+        Some(l) => Ok(LedgerSpec::parse(l)?.open()),
+        None => Ok(Box::new(LocalLedger::state_dir(state_dir))),
+    }
+}
+
+/// One store of records. Every method that can fail says whether the store
+/// is unreachable (`Unavailable`) or its records do not check (`Corrupt`).
+pub trait Ledger {
+    /// How receipts and messages name this ledger (never a credential).
+    fn name(&self) -> String;
+    /// Whether the lease named it (`--ledger`), as opposed to the state dir.
+    fn is_named(&self) -> bool;
+    /// Lock one Goal's records and read its state (admission).
+    fn open_goal(&self, goal_id: &str) -> Result<Box<dyn GoalSession>, LedgerError>;
+    /// Every Goal's chain, checked: a label and its records, or the break.
+    fn chains(&self) -> Result<Vec<Chain>, LedgerError>;
+    /// Whether a runner still holds this attempt (its liveness witness).
+    fn attempt_is_live(&self, attempt_id: &str) -> bool;
+    /// The directory of a local store (its journal files and checkpoints).
+    fn local_dir(&self) -> Option<&Path> {
+        None
+    }
+}
+
+/// One Goal's records, locked until the session ends.
+pub trait GoalSession {
+    fn summary(&self) -> &Summary;
+    fn is_live(&self, attempt_id: &str) -> bool;
+    /// Append a record (durable once `commit` returns; at once for files).
+    fn append(&mut self, event: Event) -> Result<String, LedgerError>;
+    fn commit(self: Box<Self>) -> Result<(), LedgerError>;
+    /// Spend one use: take the attempt's liveness witness, append the
+    /// `executing` record and make it durable, release the Goal's lock.
+    /// Returns the proof that the record is durable (what lets the child be
+    /// spawned) and the held attempt.
+    fn spend(
+        self: Box<Self>,
+        attempt_id: &str,
+        executing: Event,
+    ) -> Result<(Committed, Box<dyn AttemptHold>), LedgerError>;
+}
+
+/// A spent, running attempt: its witness is held until `release`.
+pub trait AttemptHold {
+    fn record_result(&mut self, result: Event) -> Result<String, LedgerError>;
+    fn release(self: Box<Self>);
+}
+
+/// The attempts of a session's Goal with no result yet, with their state.
+pub fn open_attempts(s: &dyn GoalSession) -> Vec<AttemptSummary> {
+    crate::journal::open_attempts_with(s.summary(), &|id| s.is_live(id))
+}
+
+/// Every record of every Goal, failing on the first broken chain.
+pub fn all_entries(l: &dyn Ledger) -> Result<Vec<Entry>, LedgerError> {
+    let mut out = Vec::new();
+    for (_, r) in l.chains()? {
+        out.extend(r.map_err(LedgerError::Corrupt)?);
+    }
+    Ok(out)
+}
+
+pub fn attempts(l: &dyn Ledger, entries: &[Entry]) -> Vec<AttemptSummary> {
+    crate::journal::attempts_of_with(entries, &|id| l.attempt_is_live(id))
+}
+
+/// What `resolve` can go wrong with.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("{0}")]
+    UnknownId(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A person's classification of an unknown attempt. Returns the lease id.
+pub fn resolve(
+    l: &dyn Ledger,
+    attempt: &str,
+    as_: Classification,
+    by: &str,
+    note: Option<String>,
+) -> Result<String, ResolveError> {
+    let failed = |e: LedgerError| ResolveError::Failed(e.to_string());
+    let entries = all_entries(l).map_err(failed)?;
+    let goal_id = entries
+        .iter()
+        .find_map(|e| match &e.record.event {
+            Event::Executing {
+                attempt_id, goal, ..
+            } if attempt_id == attempt => Some(goal.id.clone()),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            ResolveError::UnknownId(format!(
+                "attempt {attempt:?} is not in the ledger {}",
+                l.name()
+            ))
+        })?;
+    let mut s = l.open_goal(&goal_id).map_err(failed)?;
+    let summary = open_attempts(&*s)
+        .into_iter()
+        .find(|a| a.attempt_id == attempt)
+        .ok_or_else(|| {
+            ResolveError::UnknownId(format!(
+                "attempt {attempt} already has a result or a resolution: there is nothing to resolve"
+            ))
+        })?;
+    if summary.state != AttemptState::Unknown {
+        return Err(ResolveError::UnknownId(format!(
+            "attempt {attempt} is running, not unknown: there is nothing to resolve"
+        )));
+    }
+    s.append(Event::Resolution {
+        attempt_id: attempt.to_string(),
+        classification: as_,
+        by: by.to_string(),
+        note,
+    })
+    .map_err(failed)?;
+    if as_ == Classification::Stop {
+        s.append(Event::Revocation {
+            lease_id: summary.lease_id.clone(),
+            by: by.to_string(),
+        })
+        .map_err(failed)?;
+    }
+    s.commit().map_err(failed)?;
+    Ok(summary.lease_id)
+}
+
+/// Record a revocation of `lease_id` (of Goal `goal_id`) in the ledger.
+pub fn revoke(l: &dyn Ledger, goal_id: &str, lease_id: &str, by: &str) -> Result<(), LedgerError> {
+    let mut s = l.open_goal(goal_id)?;
+    s.append(Event::Revocation {
+        lease_id: lease_id.to_string(),
+        by: by.to_string(),
+    })?;
+    s.commit()
+}
+
+/// Read a git checkout's HEAD from `workspace/.git` without running git:
+/// `.git` as a directory or a `gitdir:` file (worktrees), HEAD as a ref
+/// (loose under the common dir, else `packed-refs`) or a detached commit.
+pub fn git_head(workspace: &Path) -> Option<crate::model::GitCheckout> {
+    let dot = workspace.join(".git");
+    let meta = std::fs::symlink_metadata(&dot).ok()?;
+    let gitdir = if meta.is_dir() {
+        dot
+    } else {
+        let text = std::fs::read_to_string(&dot).ok()?;
+        let rel = text.trim().strip_prefix("gitdir:")?.trim();
+        let p = Path::new(rel);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            workspace.join(p)
+        }
+    };
+    let common = std::fs::read_to_string(gitdir.join("commondir"))
+        .ok()
+        .map(|c| {
+            let p = Path::new(c.trim());
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                gitdir.join(p)
+            }
+        })
+        .unwrap_or_else(|| gitdir.clone());
+    let head = std::fs::read_to_string(gitdir.join("HEAD")).ok()?;
+    let head = head.trim();
+    let is_hex =
+        |s: &str| (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let Some(name) = head.strip_prefix("ref:").map(str::trim) else {
+        return is_hex(head).then(|| crate::model::GitCheckout {
+            head: head.to_string(),
+            head_ref: None,
+        });
+    };
+    if !name.starts_with("refs/") || name.split('/').any(|c| c == ".." || c.is_empty()) {
+        return None;
+    }
+    let loose = [gitdir.join(name), common.join(name)]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| is_hex(s));
+    let packed = || {
+        let text = std::fs::read_to_string(common.join("packed-refs")).ok()?;
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
+            .find_map(|l| {
+                let (sha, r) = l.split_once(' ')?;
+                (r.trim() == name && is_hex(sha)).then(|| sha.to_string())
+            })
+    };
+    let commit = loose.or_else(packed)?;
+    Some(crate::model::GitCheckout {
+        head: commit,
+        head_ref: Some(name.to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_addresses_carry_no_credentials() {
+        assert!(LedgerSpec::parse("postgres://u:secret@db/x").is_err());
+        assert!(LedgerSpec::parse("postgres://db/x?sslmode=disable").is_err());
+        assert!(LedgerSpec::parse("postgres://db").is_err());
+        assert!(LedgerSpec::parse("mysql://db/x").is_err());
+        let LedgerSpec::Postgres(t) =
+            LedgerSpec::parse("postgresql://db.example:6543/ledger").unwrap()
+        else {
+            panic!("not postgres")
+        };
+        assert_eq!(t.to_string(), "postgres://db.example:6543/ledger");
+        assert_eq!(
+            LedgerSpec::parse("postgres://[::1]/l").unwrap(),
+            LedgerSpec::Postgres(pg::PgTarget::parse("postgres://[::1]:5432/l").unwrap())
+        );
+    }
+
+    #[test]
+    fn git_head_reads_loose_packed_and_detached() {
+        let d = tempfile::tempdir().unwrap();
+        let git = d.path().join(".git");
+        std::fs::create_dir_all(git.join("refs/heads")).unwrap();
+        let a = "a".repeat(40);
+        let b = "b".repeat(40);
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(
+            git.join("packed-refs"),
+            format!("# pack-refs\n{b} refs/heads/main\n"),
+        )
+        .unwrap();
+        assert_eq!(git_head(d.path()).unwrap().head, b);
+        std::fs::write(git.join("refs/heads/main"), format!("{a}\n")).unwrap();
+        let h = git_head(d.path()).unwrap();
+        assert_eq!(
+            (h.head, h.head_ref.as_deref()),
+            (a.clone(), Some("refs/heads/main"))
+        );
+        std::fs::write(git.join("HEAD"), format!("{b}\n")).unwrap();
+        assert_eq!(git_head(d.path()).unwrap().head_ref, None);
+        std::fs::write(git.join("HEAD"), "ref: refs/../../etc\n").unwrap();
+        assert!(git_head(d.path()).is_none());
+    }
+}

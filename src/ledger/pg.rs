@@ -1,0 +1,835 @@
+//! The PostgreSQL store: one ledger for every runner that can reach the
+//! database.
+//!
+//! - A Goal's records are serialised by a row lock on its head row
+//!   (`SELECT … FOR UPDATE`) for admission's read-check-append; the
+//!   `executing` record and the use row (primary key `(lease_id,
+//!   use_number)`, so even a bug cannot spend one use twice) are committed
+//!   in that transaction before the child is spawned.
+//! - The records are the journal's (`journal::Record`, the same JSON line and
+//!   SHA-256 chain), checked on every read.
+//! - A runner holds a session advisory lock keyed by its attempt for the
+//!   attempt's lifetime. A dead runner's connection ends and the server
+//!   releases the lock: every runner then reads that attempt as `unknown`.
+//! - Connection settings other than host, port and database come only from
+//!   the libpq environment (`PGUSER`, `PGPASSWORD`, `PGPASSFILE`,
+//!   `PGSERVICE`/`PGSERVICEFILE`, `PGSSLMODE`, `PGSSLROOTCERT`,
+//!   `PGCONNECT_TIMEOUT`, `PGAPPNAME`), never from the lease, and no error
+//!   text carries them.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::config::SslMode;
+use postgres::{Client, NoTls};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
+
+use crate::journal::{self, Committed, Entry, Event, Record, Summary, GENESIS, JOURNAL_VERSION};
+use crate::sign::sha256_hex;
+
+use super::{AttemptHold, Chain, GoalSession, Ledger, LedgerError};
+
+/// The schema version this binary writes and reads.
+pub const SCHEMA_VERSION: &str = "1";
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS governed_exec_meta (
+    key text PRIMARY KEY,
+    value text NOT NULL);
+CREATE TABLE IF NOT EXISTS governed_exec_goals (
+    goal_id text PRIMARY KEY,
+    next_seq bigint NOT NULL,
+    last_digest text NOT NULL);
+CREATE TABLE IF NOT EXISTS governed_exec_records (
+    goal_id text NOT NULL REFERENCES governed_exec_goals (goal_id),
+    seq bigint NOT NULL,
+    digest text NOT NULL,
+    line text NOT NULL,
+    PRIMARY KEY (goal_id, seq));
+CREATE TABLE IF NOT EXISTS governed_exec_uses (
+    lease_id text NOT NULL,
+    use_number bigint NOT NULL,
+    attempt_id text NOT NULL UNIQUE,
+    goal_id text NOT NULL,
+    PRIMARY KEY (lease_id, use_number));
+";
+
+/// Serialises schema creation between runners that start at once.
+const SCHEMA_LOCK: (i32, i32) = (0x6765_7865, 1);
+
+/// `postgres://HOST[:PORT]/DB`, nothing else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgTarget {
+    pub host: String,
+    pub port: u16,
+    pub dbname: String,
+}
+
+impl PgTarget {
+    pub fn parse(s: &str) -> Result<PgTarget, String> {
+        let shape = "expected postgres://HOST[:PORT]/DB";
+        let rest = s
+            .strip_prefix("postgres://")
+            .or_else(|| s.strip_prefix("postgresql://"))
+            .ok_or_else(|| format!("--ledger: {shape}"))?;
+        if rest.contains('@') || rest.contains('?') || rest.contains('#') {
+            return Err(format!(
+                "--ledger: {shape}; a user, password or option has no place in a ledger address: \
+                 credentials and TLS settings come from the libpq environment (PGUSER, PGPASSWORD, \
+                 PGPASSFILE, PGSERVICEFILE, PGSSLMODE, PGSSLROOTCERT)"
+            ));
+        }
+        let (hostport, db) = rest
+            .split_once('/')
+            .ok_or_else(|| format!("--ledger: {shape}"))?;
+        let valid_db = !db.is_empty()
+            && db
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+        if !valid_db {
+            return Err(format!("--ledger: database name {db:?}: {shape}"));
+        }
+        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+            let (h, after) = v6
+                .split_once(']')
+                .ok_or_else(|| format!("--ledger: {shape}"))?;
+            (h.to_string(), after.strip_prefix(':'))
+        } else {
+            match hostport.split_once(':') {
+                Some((h, p)) => (h.to_string(), Some(p)),
+                None => (hostport.to_string(), None),
+            }
+        };
+        let valid_host = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-.:_".contains(&b));
+        if !valid_host {
+            return Err(format!("--ledger: host {host:?}: {shape}"));
+        }
+        let port = match port {
+            None => 5432,
+            Some(p) => p
+                .parse()
+                .map_err(|_| format!("--ledger: port {p:?}: {shape}"))?,
+        };
+        Ok(PgTarget {
+            host,
+            port,
+            dbname: db.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for PgTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(
+                f,
+                "postgres://[{}]:{}/{}",
+                self.host, self.port, self.dbname
+            )
+        } else {
+            write!(f, "postgres://{}:{}/{}", self.host, self.port, self.dbname)
+        }
+    }
+}
+
+pub struct PgLedger {
+    target: PgTarget,
+    /// A connection for liveness checks of `journal list`.
+    probe: RefCell<Option<Client>>,
+}
+
+impl PgLedger {
+    pub fn new(target: PgTarget) -> PgLedger {
+        PgLedger {
+            target,
+            probe: RefCell::new(None),
+        }
+    }
+
+    fn unavailable(&self, what: &str, e: impl fmt::Display) -> LedgerError {
+        LedgerError::Unavailable(format!("ledger {}: {what}: {e}", self.target))
+    }
+
+    fn connect(&self) -> Result<Client, LedgerError> {
+        let env = LibpqEnv::read();
+        let mut cfg = postgres::Config::new();
+        cfg.host(&self.target.host)
+            .port(self.target.port)
+            .dbname(&self.target.dbname)
+            .application_name(env.appname.as_deref().unwrap_or("governed-exec"))
+            .connect_timeout(env.connect_timeout);
+        let user = env.user.clone().unwrap_or_else(os_user);
+        cfg.user(&user);
+        if let Some(p) = env.password.clone().or_else(|| pgpass(&self.target, &user)) {
+            cfg.password(p);
+        }
+        let mode = env.sslmode.as_deref().unwrap_or("prefer");
+        let client = match mode {
+            "disable" => cfg.ssl_mode(SslMode::Disable).connect(NoTls),
+            "allow" | "prefer" | "require" | "verify-ca" | "verify-full" => {
+                let tls = tls_config(mode, env.sslrootcert.as_deref())
+                    .map_err(|e| self.unavailable("TLS", e))?;
+                let ssl = if mode == "allow" || mode == "prefer" {
+                    SslMode::Prefer
+                } else {
+                    SslMode::Require
+                };
+                cfg.ssl_mode(ssl)
+                    .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+            }
+            other => {
+                return Err(self.unavailable(
+                    "PGSSLMODE",
+                    format!("{other:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"),
+                ))
+            }
+        };
+        let mut client = client.map_err(|e| self.unavailable("connect", e))?;
+        self.ensure_schema(&mut client)?;
+        Ok(client)
+    }
+
+    /// Create the schema on first use; refuse one of another version.
+    fn ensure_schema(&self, c: &mut Client) -> Result<(), LedgerError> {
+        let version = |c: &mut Client| -> Result<Option<String>, postgres::Error> {
+            let exists: Option<String> = c
+                .query_one("SELECT to_regclass('governed_exec_meta')::text", &[])?
+                .get(0);
+            if exists.is_none() {
+                return Ok(None);
+            }
+            Ok(c.query_opt(
+                "SELECT value FROM governed_exec_meta WHERE key = 'schema_version'",
+                &[],
+            )?
+            .map(|r| r.get(0)))
+        };
+        let mut v = version(c).map_err(|e| self.unavailable("schema", e))?;
+        if v.is_none() {
+            let create = |c: &mut Client| -> Result<(), postgres::Error> {
+                let mut t = c.transaction()?;
+                t.execute(
+                    "SELECT pg_advisory_xact_lock($1, $2)",
+                    &[&SCHEMA_LOCK.0, &SCHEMA_LOCK.1],
+                )?;
+                t.batch_execute(SCHEMA)?;
+                t.execute(
+                    "INSERT INTO governed_exec_meta (key, value) VALUES ('schema_version', $1) \
+                     ON CONFLICT (key) DO NOTHING",
+                    &[&SCHEMA_VERSION],
+                )?;
+                t.commit()
+            };
+            create(c).map_err(|e| self.unavailable("creating the schema", e))?;
+            v = version(c).map_err(|e| self.unavailable("schema", e))?;
+        }
+        match v.as_deref() {
+            Some(SCHEMA_VERSION) => Ok(()),
+            other => Err(LedgerError::Unavailable(format!(
+                "ledger {}: schema version {:?}, but this binary knows version {SCHEMA_VERSION} only",
+                self.target,
+                other.unwrap_or("none")
+            ))),
+        }
+    }
+
+    /// Read and check one Goal's chain on `c`.
+    fn read_chain(
+        &self,
+        c: &mut Client,
+        goal_id: &str,
+    ) -> Result<(i64, String, Vec<Entry>), LedgerError> {
+        let head = c
+            .query_opt(
+                "SELECT next_seq, last_digest FROM governed_exec_goals WHERE goal_id = $1",
+                &[&goal_id],
+            )
+            .map_err(|e| self.unavailable("read", e))?;
+        let (next_seq, last): (i64, String) = match head {
+            Some(r) => (r.get(0), r.get(1)),
+            None => (0, GENESIS.to_string()),
+        };
+        let rows = c
+            .query(
+                "SELECT seq, digest, line FROM governed_exec_records WHERE goal_id = $1 ORDER BY seq",
+                &[&goal_id],
+            )
+            .map_err(|e| self.unavailable("read", e))?;
+        let entries = check_rows(&self.target, goal_id, &rows, next_seq, &last)?;
+        Ok((next_seq, last, entries))
+    }
+}
+
+fn check_rows(
+    target: &PgTarget,
+    goal_id: &str,
+    rows: &[postgres::Row],
+    next_seq: i64,
+    last: &str,
+) -> Result<Vec<Entry>, LedgerError> {
+    let label = PathBuf::from(format!("{target} goal {goal_id:?}"));
+    let mut bytes = Vec::new();
+    for r in rows {
+        let line: String = r.get(2);
+        bytes.extend_from_slice(line.as_bytes());
+        bytes.push(b'\n');
+    }
+    let entries =
+        journal::parse_chain(&label, &bytes).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
+    for (e, r) in entries.iter().zip(rows) {
+        let seq: i64 = r.get(0);
+        let digest: String = r.get(1);
+        if i64::try_from(e.record.seq).ok() != Some(seq) || e.digest != digest {
+            return Err(LedgerError::Corrupt(format!(
+                "{}: record {seq}: stored digest or sequence does not match its line",
+                label.display()
+            )));
+        }
+    }
+    let tail_ok = match entries.last() {
+        Some(e) => e.digest == last && i64::try_from(e.record.seq + 1).ok() == Some(next_seq),
+        None => next_seq == 0 && last == GENESIS,
+    };
+    if !tail_ok {
+        return Err(LedgerError::Corrupt(format!(
+            "{}: the head row does not match the last record (records removed?)",
+            label.display()
+        )));
+    }
+    Ok(entries)
+}
+
+/// The advisory lock key of an attempt.
+fn lock_key(attempt_id: &str) -> i64 {
+    let d = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
+        format!("governed-exec attempt {attempt_id}").as_bytes(),
+    ));
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    i64::from_be_bytes(b)
+}
+
+/// Whether some session holds the attempt's lock (taking a shared lock
+/// fails only then).
+fn held_elsewhere(c: &mut Client, attempt_id: &str) -> Result<bool, postgres::Error> {
+    let key = lock_key(attempt_id);
+    let got: bool = c
+        .query_one("SELECT pg_try_advisory_lock_shared($1)", &[&key])?
+        .get(0);
+    if got {
+        c.execute("SELECT pg_advisory_unlock_shared($1)", &[&key])?;
+    }
+    Ok(!got)
+}
+
+impl Ledger for PgLedger {
+    fn name(&self) -> String {
+        self.target.to_string()
+    }
+
+    fn is_named(&self) -> bool {
+        true
+    }
+
+    fn open_goal(&self, goal_id: &str) -> Result<Box<dyn GoalSession>, LedgerError> {
+        let mut c = self.connect()?;
+        let begin = |c: &mut Client| -> Result<(), postgres::Error> {
+            c.batch_execute("BEGIN")?;
+            c.execute(
+                "INSERT INTO governed_exec_goals (goal_id, next_seq, last_digest) VALUES ($1, 0, $2) \
+                 ON CONFLICT (goal_id) DO NOTHING",
+                &[&goal_id, &GENESIS],
+            )?;
+            c.execute(
+                "SELECT 1 FROM governed_exec_goals WHERE goal_id = $1 FOR UPDATE",
+                &[&goal_id],
+            )?;
+            Ok(())
+        };
+        begin(&mut c).map_err(|e| self.unavailable("lock", e))?;
+        let (next_seq, last, entries) = self.read_chain(&mut c, goal_id)?;
+        let summary = Summary::of(&entries);
+        let mut live = BTreeSet::new();
+        for id in summary.open.keys() {
+            if held_elsewhere(&mut c, id).map_err(|e| self.unavailable("read", e))? {
+                live.insert(id.clone());
+            }
+        }
+        Ok(Box::new(PgGoal {
+            target: self.target.clone(),
+            client: c,
+            goal_id: goal_id.to_string(),
+            next_seq,
+            last,
+            summary,
+            live,
+        }))
+    }
+
+    fn chains(&self) -> Result<Vec<Chain>, LedgerError> {
+        let mut c = self.connect()?;
+        let goals = c
+            .query(
+                "SELECT goal_id FROM governed_exec_goals ORDER BY goal_id",
+                &[],
+            )
+            .map_err(|e| self.unavailable("read", e))?;
+        let mut out = Vec::new();
+        for g in goals {
+            let id: String = g.get(0);
+            let label = format!("{} goal {id:?}", self.target);
+            match self.read_chain(&mut c, &id) {
+                Ok((_, _, e)) => out.push((label, Ok(e))),
+                Err(LedgerError::Corrupt(m)) => out.push((label, Err(m))),
+                Err(e) => return Err(e),
+            }
+        }
+        *self.probe.borrow_mut() = Some(c);
+        Ok(out)
+    }
+
+    fn attempt_is_live(&self, attempt_id: &str) -> bool {
+        let mut probe = self.probe.borrow_mut();
+        if probe.is_none() {
+            *probe = self.connect().ok();
+        }
+        match probe.as_mut() {
+            // Cannot tell: never claim a runner is gone.
+            None => true,
+            Some(c) => held_elsewhere(c, attempt_id).unwrap_or(true),
+        }
+    }
+}
+
+struct PgGoal {
+    target: PgTarget,
+    client: Client,
+    goal_id: String,
+    next_seq: i64,
+    last: String,
+    summary: Summary,
+    live: BTreeSet<String>,
+}
+
+impl PgGoal {
+    fn unavailable(&self, what: &str, e: impl fmt::Display) -> LedgerError {
+        LedgerError::Unavailable(format!("ledger {}: {what}: {e}", self.target))
+    }
+}
+
+/// Append one record at the head `(next_seq, last)` on `c` (inside the
+/// caller's transaction). Returns the new head's digest.
+fn insert_record(
+    c: &mut Client,
+    goal_id: &str,
+    next_seq: i64,
+    last: &str,
+    event: Event,
+) -> Result<Entry, postgres::Error> {
+    let record = Record {
+        v: JOURNAL_VERSION,
+        seq: u64::try_from(next_seq).unwrap_or_default(),
+        prev: last.to_string(),
+        at: journal::now_rfc3339(),
+        event,
+    };
+    let line = serde_json::to_string(&record).unwrap_or_default();
+    let digest = sha256_hex(line.as_bytes());
+    c.execute(
+        "INSERT INTO governed_exec_records (goal_id, seq, digest, line) VALUES ($1, $2, $3, $4)",
+        &[&goal_id, &next_seq, &digest, &line],
+    )?;
+    c.execute(
+        "UPDATE governed_exec_goals SET next_seq = $2, last_digest = $3 WHERE goal_id = $1",
+        &[&goal_id, &(next_seq + 1), &digest],
+    )?;
+    Ok(Entry { record, digest })
+}
+
+impl GoalSession for PgGoal {
+    fn summary(&self) -> &Summary {
+        &self.summary
+    }
+
+    fn is_live(&self, attempt_id: &str) -> bool {
+        self.live.contains(attempt_id)
+    }
+
+    fn append(&mut self, event: Event) -> Result<String, LedgerError> {
+        let e = insert_record(
+            &mut self.client,
+            &self.goal_id,
+            self.next_seq,
+            &self.last,
+            event,
+        )
+        .map_err(|e| self.unavailable("write", e))?;
+        self.next_seq += 1;
+        self.last = e.digest.clone();
+        self.summary.fold(&e);
+        Ok(e.digest)
+    }
+
+    fn commit(mut self: Box<Self>) -> Result<(), LedgerError> {
+        self.client
+            .batch_execute("COMMIT")
+            .map_err(|e| self.unavailable("commit", e))
+    }
+
+    fn spend(
+        mut self: Box<Self>,
+        attempt_id: &str,
+        executing: Event,
+    ) -> Result<(Committed, Box<dyn AttemptHold>), LedgerError> {
+        let key = lock_key(attempt_id);
+        let (lease_id, use_number) = match &executing {
+            Event::Executing {
+                lease_id,
+                use_number,
+                ..
+            } => (
+                lease_id.clone(),
+                i64::try_from(*use_number).unwrap_or(i64::MAX),
+            ),
+            _ => {
+                return Err(LedgerError::Corrupt(
+                    "spend needs an executing record".into(),
+                ))
+            }
+        };
+        // The witness first, then the use and the record, in one commit.
+        // Server-side keepalives bound how long a vanished machine's
+        // connection (and so its lock) can outlive it.
+        self.client
+            .batch_execute(
+                "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3",
+            )
+            .map_err(|e| self.unavailable("session settings", e))?;
+        self.client
+            .execute("SELECT pg_advisory_lock($1)", &[&key])
+            .map_err(|e| self.unavailable("attempt lock", e))?;
+        let goal_id = self.goal_id.clone();
+        self.client
+            .execute(
+                "INSERT INTO governed_exec_uses (lease_id, use_number, attempt_id, goal_id) \
+                 VALUES ($1, $2, $3, $4)",
+                &[&lease_id, &use_number, &attempt_id, &goal_id],
+            )
+            .map_err(|e| self.unavailable("spend", e))?;
+        let digest = self.append(executing)?;
+        self.client
+            .batch_execute("COMMIT")
+            .map_err(|e| self.unavailable("commit", e))?;
+        let PgGoal { target, client, .. } = *self;
+        // COMMIT returned: the record and the use row are durable.
+        Ok((
+            Committed::after_durable_write(attempt_id.to_string(), digest),
+            Box::new(PgAttempt {
+                target,
+                client,
+                goal_id,
+                key,
+            }),
+        ))
+    }
+}
+
+struct PgAttempt {
+    target: PgTarget,
+    client: Client,
+    goal_id: String,
+    key: i64,
+}
+
+impl AttemptHold for PgAttempt {
+    fn record_result(&mut self, result: Event) -> Result<String, LedgerError> {
+        let goal_id = self.goal_id.clone();
+        let write = |c: &mut Client| -> Result<String, postgres::Error> {
+            c.batch_execute("BEGIN")?;
+            let head = c.query_one(
+                "SELECT next_seq, last_digest FROM governed_exec_goals WHERE goal_id = $1 FOR UPDATE",
+                &[&goal_id],
+            )?;
+            let (next_seq, last): (i64, String) = (head.get(0), head.get(1));
+            let e = insert_record(c, &goal_id, next_seq, &last, result)?;
+            c.batch_execute("COMMIT")?;
+            Ok(e.digest)
+        };
+        write(&mut self.client)
+            .map_err(|e| LedgerError::Unavailable(format!("ledger {}: write: {e}", self.target)))
+    }
+
+    fn release(mut self: Box<Self>) {
+        let _ = self
+            .client
+            .execute("SELECT pg_advisory_unlock($1)", &[&self.key]);
+    }
+}
+
+/// The libpq environment variables this store honours.
+struct LibpqEnv {
+    user: Option<String>,
+    password: Option<String>,
+    sslmode: Option<String>,
+    sslrootcert: Option<PathBuf>,
+    appname: Option<String>,
+    connect_timeout: Duration,
+}
+
+impl LibpqEnv {
+    fn read() -> LibpqEnv {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let service = var("PGSERVICE")
+            .map(|s| service_entries(&s))
+            .unwrap_or_default();
+        let pick = |env: &str, key: &str| var(env).or_else(|| service.get(key).cloned());
+        LibpqEnv {
+            user: pick("PGUSER", "user"),
+            password: pick("PGPASSWORD", "password"),
+            sslmode: pick("PGSSLMODE", "sslmode"),
+            sslrootcert: pick("PGSSLROOTCERT", "sslrootcert").map(PathBuf::from),
+            appname: pick("PGAPPNAME", "application_name"),
+            connect_timeout: Duration::from_secs(
+                pick("PGCONNECT_TIMEOUT", "connect_timeout")
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .filter(|t| *t > 0)
+                    .unwrap_or(10),
+            ),
+        }
+    }
+}
+
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The `[service]` section of `PGSERVICEFILE` (default `~/.pg_service.conf`).
+fn service_entries(service: &str) -> BTreeMap<String, String> {
+    let file = std::env::var_os("PGSERVICEFILE")
+        .map(PathBuf::from)
+        .or_else(|| home().map(|h| h.join(".pg_service.conf")));
+    let Some(text) = file.and_then(|f| std::fs::read_to_string(f).ok()) else {
+        return BTreeMap::new();
+    };
+    let mut out = BTreeMap::new();
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            inside = name == service;
+        } else if inside {
+            if let Some((k, v)) = line.split_once('=') {
+                out.insert(k.trim().to_string(), v.trim().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// The password for this target from `PGPASSFILE` (default `~/.pgpass`),
+/// in libpq's `host:port:db:user:password` format with `*` and `\` escapes.
+fn pgpass(t: &PgTarget, user: &str) -> Option<String> {
+    let file = std::env::var_os("PGPASSFILE")
+        .map(PathBuf::from)
+        .or_else(|| home().map(|h| h.join(".pgpass")))?;
+    let text = std::fs::read_to_string(file).ok()?;
+    let port = t.port.to_string();
+    let want = [t.host.as_str(), port.as_str(), t.dbname.as_str(), user];
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let mut fields = Vec::new();
+        let mut cur = String::new();
+        let mut chars = line.chars();
+        while let Some(ch) = chars.next() {
+            match ch {
+                '\\' => cur.extend(chars.next()),
+                ':' if fields.len() < 4 => fields.push(std::mem::take(&mut cur)),
+                c => cur.push(c),
+            }
+        }
+        fields.push(cur);
+        if fields.len() == 5
+            && fields[..4]
+                .iter()
+                .zip(want)
+                .all(|(f, w)| f == "*" || f == w)
+        {
+            return fields.pop();
+        }
+    }
+    None
+}
+
+/// libpq's default user: the OS user name. Read from `$USER`/`$LOGNAME`,
+/// else `/etc/passwd` directly (no NSS call: the static build stays safe).
+fn os_user() -> String {
+    let uid = nix::unistd::getuid().as_raw().to_string();
+    std::env::var("USER")
+        .ok()
+        .or_else(|| std::env::var("LOGNAME").ok())
+        .filter(|u| !u.is_empty())
+        .or_else(|| {
+            let text = std::fs::read_to_string("/etc/passwd").ok()?;
+            text.lines().find_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?;
+                (f.nth(1)? == uid).then(|| name.to_string())
+            })
+        })
+        .unwrap_or_else(|| "postgres".into())
+}
+
+/// libpq's `sslmode` semantics on rustls: `prefer`/`require` encrypt
+/// without checking the server's certificate (unless a root certificate
+/// file exists, when `require` checks the chain like `verify-ca`);
+/// `verify-ca` checks the chain; `verify-full` the chain and the host name.
+fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let default_root = home().map(|h| h.join(".postgresql/root.crt"));
+    let root_file = rootcert
+        .map(Path::to_path_buf)
+        .or(default_root)
+        .filter(|p| p.exists());
+    let verifying = match mode {
+        "verify-ca" | "verify-full" => true,
+        "require" => root_file.is_some(),
+        _ => false,
+    };
+    let inner = if verifying {
+        let file = root_file.ok_or_else(|| {
+            format!("PGSSLMODE={mode} needs a root certificate: set PGSSLROOTCERT or create ~/.postgresql/root.crt")
+        })?;
+        let mut roots = rustls::RootCertStore::empty();
+        let certs = CertificateDer::pem_file_iter(&file)
+            .map_err(|e| format!("root certificates {}: {e}", file.display()))?;
+        for c in certs {
+            let c = c.map_err(|e| format!("root certificates {}: {e}", file.display()))?;
+            roots
+                .add(c)
+                .map_err(|e| format!("root certificates {}: {e}", file.display()))?;
+        }
+        Some(
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|e| format!("root certificates {}: {e}", file.display()))?,
+        )
+    } else {
+        None
+    };
+    let verifier = Arc::new(Verifier {
+        inner,
+        check_name: mode == "verify-full",
+        provider: provider.clone(),
+    });
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth())
+}
+
+#[derive(Debug)]
+struct Verifier {
+    inner: Option<Arc<WebPkiServerVerifier>>,
+    check_name: bool,
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for Verifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(v) = &self.inner else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match v.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.check_name => Ok(ServerCertVerified::assertion()),
+            r => r,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pgpass_matches_with_wildcards_and_escapes() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("pgpass");
+        std::fs::write(
+            &f,
+            "# c\nother:5432:*:*:no\n*:6543:led\\:ger:alice:s\\:ecret\n",
+        )
+        .unwrap();
+        std::env::set_var("PGPASSFILE", &f);
+        let t = PgTarget {
+            host: "db".into(),
+            port: 6543,
+            dbname: "led:ger".into(),
+        };
+        assert_eq!(pgpass(&t, "alice").as_deref(), Some("s:ecret"));
+        assert_eq!(pgpass(&t, "bob"), None);
+        std::env::remove_var("PGPASSFILE");
+    }
+}

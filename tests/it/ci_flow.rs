@@ -1,0 +1,223 @@
+//! The CI flow as shipped (README "Use it in a CI step", ci/*.yml), replayed:
+//! approve once in one checkout, commit, `git clone` twice (two "runners",
+//! each with a fresh state dir), run and verify in each clone against the
+//! same ledger (PostgreSQL when the test cluster is there, else a shared
+//! directory, said loudly).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::*;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+fn git(dir: &Path, args: &[&str]) -> bool {
+    Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+fn shipped(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(REPO).join(rel)).unwrap()
+}
+
+#[test]
+fn the_shipped_ci_docs_use_a_portable_lease_a_ledger_and_the_leases_profile() {
+    let mut readme = shipped("README.md");
+    let start = readme.find("## Use it in a CI step").unwrap();
+    readme = readme[start..].to_string();
+    let end = readme[3..].find("\n## ").map_or(readme.len(), |e| e + 3);
+    readme.truncate(end);
+    for (name, text) in [
+        ("README CI section", readme),
+        ("ci/github-actions.yml", shipped("ci/github-actions.yml")),
+        ("ci/gitlab-ci.yml", shipped("ci/gitlab-ci.yml")),
+    ] {
+        for needle in [
+            "--fs-write-scope",
+            "--portable",
+            "--ledger postgres://",
+            "--profile long",
+            "-- ./ci/governed-step.sh",
+            "cargo install --locked",
+            "ci/goal.json",
+        ] {
+            assert!(text.contains(needle), "{name} lacks {needle:?}");
+        }
+        // run never names another profile than the lease's.
+        for other in ["--profile short", "--profile standard"] {
+            assert!(!text.contains(other), "{name} names {other:?}");
+        }
+        assert!(
+            !text.contains("-- cargo test"),
+            "{name} still approves cargo directly"
+        );
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(Path::new(REPO).join("ci/governed-step.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert!(mode & 0o111 != 0, "ci/governed-step.sh is executable");
+    let goal: serde_json::Value = serde_json::from_str(&shipped("ci/goal.json")).unwrap();
+    assert_eq!(goal["schema"], "governed-exec/goal/v1");
+}
+
+#[test]
+fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
+    let e = Env::new();
+    let origin = e.path("origin");
+    std::fs::create_dir_all(origin.join("ci")).unwrap();
+    if !git(&origin, &["init", "-q"]) {
+        skip!("git is not installed: the CI-flow replay needs it");
+        return;
+    }
+    // The shipped goal; a stand-in step with the shipped interface (the
+    // real one runs `cargo test`, which a test cannot nest).
+    std::fs::copy(
+        Path::new(REPO).join("ci/goal.json"),
+        origin.join("ci/goal.json"),
+    )
+    .unwrap();
+    let step = origin.join("ci/governed-step.sh");
+    std::fs::write(&step, "#!/bin/sh\nset -eu\necho \"governed step for $1\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&step, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(git(&origin, &["add", "-A"]) && git(&origin, &["commit", "-qm", "ci"]));
+
+    let ledger = match (
+        std::env::var("GOVERNED_EXEC_TEST_PG_PORT"),
+        std::env::var("GOVERNED_EXEC_TEST_PG_BIN"),
+    ) {
+        (Ok(port), Ok(bin)) => {
+            let name = format!("ge_ci_{}", std::process::id());
+            let o = Command::new(PathBuf::from(bin).join("createdb"))
+                .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres", &name])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            format!("postgres://127.0.0.1:{port}/{name}")
+        }
+        _ => {
+            skip!("no PostgreSQL test cluster: replaying the CI flow with a shared-directory ledger instead");
+            e.path("shared-ledger").display().to_string()
+        }
+    };
+
+    // Once, by a human, in a checkout: exactly the documented approve.
+    let o = output(
+        cmd()
+            .current_dir(&origin)
+            .args([
+                "approve",
+                "--goal",
+                "ci/goal.json",
+                "--workspace",
+                ".",
+                "--manifest",
+                "ci/manifest.json",
+                "--key",
+            ])
+            .arg(&e.key)
+            .args([
+                "--portable",
+                "--ledger",
+                &ledger,
+                "--profile",
+                "long",
+                "--fs-write-scope",
+                "--ttl",
+                "30d",
+                "--uses",
+                "500",
+                "--",
+                "./ci/governed-step.sh",
+                "github",
+            ]),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::copy(&e.trust, origin.join("ci/approver.pub")).unwrap();
+    assert!(git(&origin, &["add", "-A"]) && git(&origin, &["commit", "-qm", "lease"]));
+
+    for job in ["job1", "job2"] {
+        assert!(git(
+            e.dir.path(),
+            &["clone", "-q", origin.to_str().unwrap(), job]
+        ));
+        let clone = e.path(job);
+        let state = e.path(&format!("{job}-runner-temp/ge-state"));
+        let o = output(
+            cmd()
+                .current_dir(&clone)
+                .args([
+                    "run",
+                    "--goal",
+                    "ci/goal.json",
+                    "--manifest",
+                    "ci/manifest.json",
+                    "--trust",
+                    "ci/approver.pub",
+                    "--workspace",
+                ])
+                .arg(&clone)
+                .arg("--state-dir")
+                .arg(&state)
+                .args([
+                    "--receipt",
+                    "receipt.json",
+                    "--stream",
+                    "--",
+                    "./ci/governed-step.sh",
+                    "github",
+                ]),
+        );
+        assert!(
+            o.status.success(),
+            "{job}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(String::from_utf8_lossy(&o.stderr).contains("governed step for github"));
+        let o = output(
+            cmd()
+                .current_dir(&clone)
+                .args([
+                    "verify",
+                    "--goal",
+                    "ci/goal.json",
+                    "--receipt",
+                    "receipt.json",
+                    "--trust",
+                ])
+                .arg(state.join("runner.pub"))
+                .args(["--ledger", &ledger]),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).lines().next(),
+            Some("VERIFIED_DONE"),
+            "{job}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        let stmt = decode_envelope(&std::fs::read(clone.join("receipt.json")).unwrap());
+        assert_eq!(stmt["predicate"]["binding"], "portable");
+        assert_eq!(stmt["predicate"]["request"]["profile"], "long");
+        assert_eq!(
+            stmt["predicate"]["workspace_git"]["head_ref"],
+            "refs/heads/main"
+        );
+    }
+    // Both jobs spent their use in the one ledger.
+    let o = output(cmd().args(["journal", "--ledger", &ledger, "list", "--json"]));
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 2);
+}

@@ -1,0 +1,394 @@
+//! The PostgreSQL ledger against a real server (issue 12). scripts/test.sh
+//! starts a throwaway cluster (scripts/pg-test-cluster.sh) and exports its
+//! connection environment; without it these tests SKIP loudly.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+struct Pg {
+    bin: PathBuf,
+    port: String,
+}
+
+fn pg() -> Option<Pg> {
+    let port = std::env::var("GOVERNED_EXEC_TEST_PG_PORT").ok()?;
+    let bin = PathBuf::from(std::env::var("GOVERNED_EXEC_TEST_PG_BIN").ok()?);
+    Some(Pg { bin, port })
+}
+
+macro_rules! need_pg {
+    () => {
+        match pg() {
+            Some(p) => p,
+            None => {
+                skip!("no PostgreSQL test cluster (run through scripts/test.sh, which starts one with scripts/pg-test-cluster.sh)");
+                return;
+            }
+        }
+    };
+}
+
+impl Pg {
+    /// A fresh database of this cluster; its ledger address.
+    fn new_ledger(&self) -> String {
+        let mut b = [0u8; 6];
+        getrandom(&mut b);
+        let name = format!("ge_{}", hex(&b));
+        let o = Command::new(self.bin.join("createdb"))
+            .args(["-h", "127.0.0.1", "-p", &self.port, "-U", "postgres", &name])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "createdb: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        format!("postgres://127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+fn getrandom(b: &mut [u8]) {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(b)
+        .unwrap();
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn spawn_log_cmd(log: &Path, extra: &str) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("echo spawned >> '{}'; {extra}", log.display()),
+    ]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// `run` as a runner with its own state dir.
+pub fn run_cmd_in(e: &Env, state: &Path, flags: &[&str], command: &[&str]) -> Command {
+    let mut c = cmd();
+    c.arg("run")
+        .arg("--goal")
+        .arg(&e.goal)
+        .arg("--manifest")
+        .arg(&e.manifest)
+        .arg("--trust")
+        .arg(&e.trust)
+        .arg("--state-dir")
+        .arg(state)
+        .args(flags)
+        .arg("--")
+        .args(command);
+    c
+}
+
+fn run_in(e: &Env, state: &Path, flags: &[&str], command: &[&str]) -> Run {
+    finish_run(output(run_cmd_in(e, state, flags, command)))
+}
+
+/// The server releases a dead runner's advisory lock once it notices the
+/// connection is gone: wait (bounded) until the attempt reads `unknown`.
+fn wait_unknown(ledger: &str) {
+    let t = Instant::now();
+    loop {
+        let list = journal_json(ledger);
+        if list[0]["state"] == "unknown" {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the dead runner's attempt never read as unknown: {list}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn journal_json(ledger: &str) -> serde_json::Value {
+    let o = output(cmd().args(["journal", "--ledger", ledger, "list", "--json"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn twelve_runners_with_twelve_state_dirs_spend_a_three_use_lease_exactly_three_times() {
+    let pg = need_pg!();
+    let e = Env::new();
+    let ledger = pg.new_ledger();
+    let log = e.path("spawns");
+    let command = spawn_log_cmd(&log, "sleep 0.2");
+    let o = output(e.approve_cmd(&["--uses", "3", "--ledger", &ledger], &strs(&command)));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains(&format!("{ledger}: every run spends its uses there")));
+    let children: Vec<_> = (0..12)
+        .map(|i| {
+            let mut c = run_cmd_in(&e, &e.path(&format!("state-{i}")), &[], &strs(&command));
+            c.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let runs: Vec<Run> = children
+        .into_iter()
+        .map(|c| finish_run(c.wait_with_output().unwrap()))
+        .collect();
+    let exited = runs.iter().filter(|r| r.class() == "exited").count();
+    let exhausted = runs
+        .iter()
+        .filter(|r| r.reason() == "lease_exhausted")
+        .count();
+    assert_eq!(
+        (exited, exhausted),
+        (3, 9),
+        "{:?}",
+        runs.iter().map(|r| &r.stderr).collect::<Vec<_>>()
+    );
+    assert_eq!(line_count(&log), 3);
+    let list = journal_json(&ledger);
+    let uses: Vec<u64> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["state"] == "done")
+        .map(|_| 1)
+        .collect();
+    assert_eq!(uses.len(), 3);
+    let o = output(cmd().args(["journal", "--ledger", &ledger, "verify"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    // A receipt of this ledger verifies against it.
+    let r = runs.iter().find(|r| r.class() == "exited").unwrap();
+    let receipt = e.path("r.json");
+    std::fs::write(&receipt, &r.stdout).unwrap();
+    let pubkey = runs.iter().position(|r| r.class() == "exited").unwrap();
+    let trust = e.path(&format!("state-{pubkey}")).join("runner.pub");
+    let o = output(e.verify_cmd(&receipt, &trust).args(["--ledger", &ledger]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn a_killed_runner_blocks_the_goal_on_every_runner_until_resolve() {
+    let pg = need_pg!();
+    let e = Env::new();
+    let ledger = pg.new_ledger();
+    let started = e.path("started");
+    let slow = vec![
+        "sh".to_string(),
+        "-c".into(),
+        format!("echo x > '{}'; sleep 30", started.display()),
+    ];
+    e.approve(&["--uses", "3", "--ledger", &ledger], &strs(&slow));
+    e.approve(&["--uses", "3", "--ledger", &ledger], &["true"]);
+    let mut c = run_cmd_in(&e, &e.path("s1"), &[], &strs(&slow));
+    let mut runner = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !started.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the slow command never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // While it runs, another runner sees a running attempt, not unknown.
+    assert_eq!(journal_json(&ledger)[0]["state"], "running");
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    wait_unknown(&ledger);
+    let r = run_in(&e, &e.path("s2"), &[], &["true"]);
+    r.assert_refused("unresolved_unknown_outcome");
+    let list = journal_json(&ledger);
+    assert_eq!(list[0]["state"], "unknown");
+    let attempt = list[0]["attempt_id"].as_str().unwrap().to_string();
+    // resolve in the ledger, from a third machine's point of view.
+    let o = output(cmd().args([
+        "resolve",
+        "--ledger",
+        &ledger,
+        "--attempt",
+        &attempt,
+        "--as",
+        "failed",
+        "--by",
+        "ops",
+    ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = run_in(&e, &e.path("s3"), &[], &["true"]);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+}
+
+#[test]
+fn a_revocation_in_the_ledger_outlives_an_old_manifest_copy() {
+    let pg = need_pg!();
+    let e = Env::new();
+    let ledger = pg.new_ledger();
+    let id = e.approve(&["--uses", "5", "--ledger", &ledger], &["true"]);
+    let old = e.path("old.json");
+    std::fs::copy(&e.manifest, &old).unwrap();
+    let o = output(
+        cmd()
+            .args(["revoke", "--manifest"])
+            .arg(&e.manifest)
+            .args(["--lease", &id, "--by", "ops", "--state-dir"])
+            .arg(e.path("ops-state")),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut c = cmd();
+    c.arg("run")
+        .arg("--goal")
+        .arg(&e.goal)
+        .arg("--manifest")
+        .arg(&old)
+        .arg("--trust")
+        .arg(&e.trust)
+        .arg("--state-dir")
+        .arg(e.path("fresh"))
+        .args(["--", "true"]);
+    let r = finish_run(output(c));
+    r.assert_refused("lease_revoked");
+}
+
+#[test]
+fn a_crash_between_commit_and_spawn_is_unknown_and_never_replayed() {
+    let pg = need_pg!();
+    if !cfg!(feature = "fault-injection") {
+        skip!("built without the fault-injection feature");
+        return;
+    }
+    let e = Env::new();
+    let ledger = pg.new_ledger();
+    let log = e.path("spawns");
+    let command = spawn_log_cmd(&log, "true");
+    e.approve(&["--uses", "3", "--ledger", &ledger], &strs(&command));
+    let mut c = run_cmd_in(&e, &e.path("s1"), &[], &strs(&command));
+    c.env("GOVERNED_EXEC_FAULT", "after_executing");
+    let o = output(c);
+    assert_eq!(
+        o.status.code(),
+        None,
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(line_count(&log), 0, "crashed before spawn");
+    wait_unknown(&ledger);
+    let r = run_in(&e, &e.path("s2"), &[], &strs(&command));
+    r.assert_refused("unresolved_unknown_outcome");
+    assert_eq!(line_count(&log), 0, "never replayed");
+    assert_eq!(journal_json(&ledger)[0]["state"], "unknown");
+}
+
+#[test]
+fn a_stopped_server_is_ledger_unavailable_with_zero_spawn_and_no_credential_leaks() {
+    let _pg = need_pg!();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-test-cluster.sh");
+    let e = Env::new();
+    let dir = e.path("cluster");
+    let o = Command::new("bash")
+        .arg(&script)
+        .arg("start")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        skip!(
+            "cannot start a second cluster: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        return;
+    }
+    let vars: Vec<(String, String)> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("export ")?
+                .split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect();
+    let var = |k: &str| {
+        vars.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    let stop = || {
+        Command::new("bash")
+            .arg(&script)
+            .arg("stop")
+            .arg(&dir)
+            .output()
+            .unwrap();
+    };
+    let port = var("PGPORT");
+    let password = var("PGPASSWORD");
+    let ledger = format!("postgres://127.0.0.1:{port}/postgres");
+    let log = e.path("spawns");
+    let command = spawn_log_cmd(&log, "true");
+    let with_env = |mut c: Command| {
+        c.env("PGPASSWORD", &password).env("PGUSER", "postgres");
+        c
+    };
+    let o = output(with_env(
+        e.approve_cmd(&["--uses", "5", "--ledger", &ledger], &strs(&command)),
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = finish_run(output(with_env(e.run_cmd(&[], &strs(&command)))));
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    // A wrong password: unavailable, and the error does not echo it.
+    let r = finish_run(output({
+        let mut c = e.run_cmd(&[], &strs(&command));
+        c.env("PGPASSWORD", "wrong-secret-4711")
+            .env("PGUSER", "postgres");
+        c
+    }));
+    r.assert_refused("ledger_unavailable");
+    assert!(
+        !r.stderr.contains("wrong-secret-4711")
+            && !String::from_utf8_lossy(&r.stdout).contains("wrong-secret-4711")
+    );
+    let listing = output(with_env({
+        let mut c = cmd();
+        c.args(["journal", "--ledger", &ledger, "list", "--json"]);
+        c
+    }));
+    stop();
+    let r = finish_run(output(with_env(e.run_cmd(&[], &strs(&command)))));
+    r.assert_refused("ledger_unavailable");
+    assert_eq!(line_count(&log), 1, "zero spawn while the ledger is down");
+    for text in [
+        std::fs::read_to_string(&e.manifest).unwrap(),
+        String::from_utf8_lossy(&r.stdout).to_string(),
+        r.stderr.clone(),
+        String::from_utf8_lossy(&listing.stdout).to_string(),
+        String::from_utf8_lossy(&listing.stderr).to_string(),
+    ] {
+        assert!(!text.contains(&password), "a credential leaked: {text}");
+    }
+}
+
+#[test]
+fn a_ledger_address_with_credentials_is_rejected_at_approve() {
+    let e = Env::new();
+    let o = output(e.approve_cmd(
+        &["--ledger", "postgres://ops:hunter2@db.example/ledger"],
+        &["true"],
+    ));
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("PGPASSWORD") && !err.contains("hunter2"),
+        "{err}"
+    );
+}
