@@ -28,9 +28,12 @@ use crate::model::{CleanupState, DirIdentity, ExecutableIdentity, GoalRef, Outco
 use crate::sign::sha256_hex;
 
 pub const JOURNAL_VERSION: u32 = 1;
-/// Version of the checkpoint's summary fold. 2: a `result` whose class is
-/// `unknown` keeps its attempt open (older checkpoints are not trusted).
-const CHECKPOINT_VERSION: u32 = 2;
+/// Version of the checkpoint. 2: a `result` whose class is `unknown` keeps
+/// its attempt open. 3: bound to the chain by its head record, no prefix
+/// hash (older checkpoints are not trusted, and are replaced).
+const CHECKPOINT_VERSION: u32 = 3;
+/// The largest record whose end `record_ending_at` will look for.
+const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
 const CHECKPOINT_EVERY: usize = 16;
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -267,11 +270,16 @@ impl Summary {
 ///   (`checkpoints/mac.key`, 32 random bytes, 0600): an edit of any field
 ///   (spent uses set to zero, an unknown attempt removed) by anything that
 ///   cannot read that key falls back to a full parse;
-/// - those bytes still hash to `prefix_sha256` (an edit of the journal
-///   itself, even one keeping the length, falls back to a full parse);
-/// - it is bound to the chain: the prefix ends with a whole record whose
-///   digest is the summary's `last_digest` and whose `seq + 1` is its
-///   `next_seq`.
+/// - it is bound to the chain: the file is at least `len` bytes long and
+///   the record that ends at byte `len` is whole, its digest is the
+///   summary's `last_digest` and its `seq + 1` the summary's `next_seq`.
+///   That record is read backwards from `len`: a run never reads, parses
+///   or hashes the prefix before it, so its cost does not grow with the
+///   journal. The head's digest commits to the whole prefix through the
+///   hash chain; a prefix edited under an authentic checkpoint changes
+///   nothing admission decides (it uses the summary the checkpoint
+///   authenticates), and `journal verify` re-derives and checks every
+///   record.
 ///
 /// Why an HMAC and not a bare hash: a hash of the summary can be recomputed
 /// by whoever edits it; the key cannot be read by a child that runs as
@@ -286,7 +294,6 @@ pub struct Checkpoint {
     pub v: u32,
     pub len: u64,
     pub lines: usize,
-    pub prefix_sha256: String,
     pub summary: Summary,
     /// HMAC-SHA256 (hex) of everything above, keyed by the checkpoint key.
     pub mac: String,
@@ -298,8 +305,8 @@ pub const MAX_CHECKPOINT_BYTES: u64 = 16 * 1024 * 1024;
 impl Checkpoint {
     fn mac_input(&self) -> Vec<u8> {
         let mut m = format!(
-            "governed-exec/checkpoint\n{}\n{}\n{}\n{}\n",
-            self.v, self.len, self.lines, self.prefix_sha256
+            "governed-exec/checkpoint\n{}\n{}\n{}\n",
+            self.v, self.len, self.lines
         )
         .into_bytes();
         m.extend(serde_json::to_vec(&self.summary).unwrap_or_default());
@@ -450,37 +457,44 @@ impl Journal {
             .open(&path)
             .map_err(unavailable(&path))?;
         crate::safe_io::require_regular(&file).map_err(unavailable(&path))?;
-        let mut file = Flock::lock(file, FlockArg::LockExclusive)
+        let file = Flock::lock(file, FlockArg::LockExclusive)
             .map_err(|(_, e)| unavailable(&path)(e.into()))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(unavailable(&path))?;
-        let (mut summary, start, first_line) = match load_checkpoint(&path, &bytes) {
-            Some(cp) => (cp.summary, cp.len as usize, cp.lines),
+        let size = file.metadata().map_err(unavailable(&path))?.len();
+        // Only the tail past a trusted checkpoint is read: the cost of an
+        // open does not grow with the journal's history.
+        let (mut summary, start, first_line) = match load_checkpoint(&path, &file, size) {
+            Some(cp) => (cp.summary, cp.len, cp.lines),
             None => (Summary::new(), 0, 0),
         };
-        let tail = parse_chain_from(&path, &bytes[start..], &summary, first_line)?;
-        for e in &tail {
+        let tail_len = usize::try_from(size - start).map_err(|_| {
+            unavailable(&path)(std::io::Error::from(std::io::ErrorKind::OutOfMemory))
+        })?;
+        let mut tail = vec![0u8; tail_len];
+        std::os::unix::fs::FileExt::read_exact_at(&*file, &mut tail, start)
+            .map_err(unavailable(&path))?;
+        let entries = parse_chain_from(&path, &tail, &summary, first_line)?;
+        for e in &entries {
             summary.fold(e);
         }
-        let lines = first_line + tail.len();
+        let lines = first_line + entries.len();
         let j = Journal {
             file,
             path,
             dir,
             summary,
-            len: bytes.len() as u64,
+            len: size,
             lines,
             entry_synced,
         };
         // Re-checkpoint once the unsummarised tail grows: a few records are
         // cheaper to parse than a checkpoint is to write on every run.
-        if tail.len() >= CHECKPOINT_EVERY {
-            j.save_checkpoint(&bytes);
+        if entries.len() >= CHECKPOINT_EVERY {
+            j.save_checkpoint();
         }
         Ok(j)
     }
 
-    fn save_checkpoint(&self, bytes: &[u8]) {
+    fn save_checkpoint(&self) {
         let dest = checkpoint_path(&self.path);
         if let Some(d) = dest.parent() {
             let _ = fs::DirBuilder::new().recursive(true).mode(0o700).create(d);
@@ -490,9 +504,8 @@ impl Journal {
         };
         let mut cp = Checkpoint {
             v: CHECKPOINT_VERSION,
-            len: bytes.len() as u64,
+            len: self.len,
             lines: self.lines,
-            prefix_sha256: sha256_hex(bytes),
             summary: self.summary.clone(),
             mac: String::new(),
         };
@@ -507,8 +520,50 @@ impl Journal {
     }
 
     /// Append one record durably: write, fdatasync the file (and fsync the
-    /// directory the first time). Returns the record's digest.
+    /// directory the first time), all under the lock. Returns the record's
+    /// digest.
     pub fn append(&mut self, event: Event) -> Result<String, JournalError> {
+        let digest = self.write_record(event)?;
+        sync_file(&self.file, &self.path, &self.dir, &mut self.entry_synced)?;
+        Ok(digest)
+    }
+
+    /// Append one record, let go of the Goal's lock, then make the record
+    /// durable (fdatasync; the directory fsync'd the first time) before
+    /// returning its digest: other runs of the Goal never wait for this
+    /// run's flush, and 12 runs at once share the disk's flushes instead
+    /// of queueing behind each other's.
+    ///
+    /// Why this spends no more uses than there are, and survives a crash:
+    /// the record is in the file (the page cache) before the lock is
+    /// released, so every later reader counts it, durable or not. The
+    /// caller spawns only after this returns `Ok`, that is once the record
+    /// is on disk. A later record's fdatasync flushes this one too (same
+    /// file, earlier bytes), so the disk never holds a later record without
+    /// this one. If the flush fails, the record stays in the file as an
+    /// attempt with no result and no live runner: `unknown`, which blocks
+    /// the Goal until a person resolves it (fail closed), exactly as a
+    /// flush failure under the lock did.
+    pub fn append_then_unlock(mut self, event: Event) -> Result<String, JournalError> {
+        let digest = self.write_record(event)?;
+        let Journal {
+            file,
+            path,
+            dir,
+            mut entry_synced,
+            ..
+        } = self;
+        let file = file
+            .unlock()
+            .map_err(|(_, e)| unavailable(&path)(e.into()))?;
+        crate::fault::point("unlocked_before_flush");
+        sync_file(&file, &path, &dir, &mut entry_synced)?;
+        Ok(digest)
+    }
+
+    /// Write one record at the end of the file (not yet durable) and fold
+    /// it into the summary.
+    fn write_record(&mut self, event: Event) -> Result<String, JournalError> {
         if self.summary.next_seq == u64::MAX {
             return Err(JournalError::Corrupt {
                 path: self.path.display().to_string(),
@@ -528,13 +583,6 @@ impl Journal {
         let mut buf = line;
         buf.push(b'\n');
         self.file.write_all(&buf).map_err(unavailable(&self.path))?;
-        self.file.sync_data().map_err(unavailable(&self.path))?;
-        if !self.entry_synced {
-            File::open(&self.dir)
-                .and_then(|d| d.sync_all())
-                .map_err(unavailable(&self.dir))?;
-            self.entry_synced = true;
-        }
         self.summary.fold(&Entry {
             record,
             digest: digest.clone(),
@@ -544,9 +592,10 @@ impl Journal {
         Ok(digest)
     }
 
-    /// Append an `executing` record durably: the use is spent, and the
-    /// returned `Committed` is what allows the spawn.
-    pub fn commit_executing(&mut self, event: Event) -> Result<Committed, JournalError> {
+    /// Append an `executing` record durably, the Goal's lock released
+    /// before the flush ([`Journal::append_then_unlock`]): the use is
+    /// spent, and the returned `Committed` is what allows the spawn.
+    pub fn commit_executing(self, event: Event) -> Result<Committed, JournalError> {
         let Event::Executing { attempt_id, .. } = &event else {
             return Err(JournalError::Corrupt {
                 path: self.path.display().to_string(),
@@ -555,7 +604,7 @@ impl Journal {
             });
         };
         let attempt_id = attempt_id.clone();
-        let digest = self.append(event)?;
+        let digest = self.append_then_unlock(event)?;
         Ok(Committed::after_durable_write(attempt_id, digest))
     }
 
@@ -609,47 +658,105 @@ pub fn open_attempts_with(
         .collect()
 }
 
-fn load_checkpoint(journal: &Path, bytes: &[u8]) -> Option<Checkpoint> {
+/// fdatasync a journal file, and fsync its directory the first time.
+fn sync_file(
+    file: &File,
+    path: &Path,
+    dir: &Path,
+    entry_synced: &mut bool,
+) -> Result<(), JournalError> {
+    file.sync_data().map_err(unavailable(path))?;
+    if !*entry_synced {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(unavailable(dir))?;
+        *entry_synced = true;
+    }
+    Ok(())
+}
+
+/// The checkpoint of `journal` if it is trusted for the open `file` of
+/// `file_len` bytes (see [`Checkpoint`]); reads only the checkpoint and
+/// the one record that ends where it does.
+fn load_checkpoint(journal: &Path, file: &File, file_len: u64) -> Option<Checkpoint> {
     let raw = read_bounded(&checkpoint_path(journal), MAX_CHECKPOINT_BYTES).ok()?;
     let cp: Checkpoint = serde_json::from_slice(&raw).ok()?;
     let key = read_checkpoint_key(&state_of(journal))?;
-    checkpoint_trusted(&cp, &key, bytes).then_some(cp)
+    if cp.len > file_len {
+        return None;
+    }
+    let head = record_ending_at(file, cp.len)?;
+    checkpoint_bound(&cp, &key, file_len, &head).then_some(cp)
 }
 
-/// Whether `cp` may stand in for parsing the first `cp.len` bytes of
-/// `bytes`: authentic (HMAC), current (prefix hash) and bound to the chain
-/// (the record at its position).
+/// The record that ends (with its newline) at byte `end` of `file`, without
+/// the newline: read backwards in growing chunks, never the whole prefix.
+/// Empty for `end` 0; `None` if no newline ends there or the record is
+/// larger than [`MAX_RECORD_BYTES`].
+fn record_ending_at(file: &File, end: u64) -> Option<Vec<u8>> {
+    if end == 0 {
+        return Some(Vec::new());
+    }
+    let mut chunk: u64 = 4096;
+    loop {
+        let start = end.saturating_sub(chunk);
+        let mut buf = vec![0u8; usize::try_from(end - start).ok()?];
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, start).ok()?;
+        let body = buf.strip_suffix(b"\n")?;
+        if let Some(i) = body.iter().rposition(|b| *b == b'\n') {
+            return Some(body[i + 1..].to_vec());
+        }
+        if start == 0 {
+            return Some(body.to_vec());
+        }
+        if chunk > MAX_RECORD_BYTES {
+            return None;
+        }
+        chunk *= 2;
+    }
+}
+
+/// Whether `cp` may stand in for parsing the first `cp.len` bytes of the
+/// journal whose whole bytes are `bytes` (`journal verify`, fuzzing; a run
+/// reads only the head record, see [`load_checkpoint`]).
 pub fn checkpoint_trusted(cp: &Checkpoint, key: &[u8; 32], bytes: &[u8]) -> bool {
     let Ok(len) = usize::try_from(cp.len) else {
         return false;
     };
-    let mac_ok = hex::decode(&cp.mac).is_ok_and(|m| m == hmac_sha256(key, &cp.mac_input()));
-    mac_ok
-        && cp.v == CHECKPOINT_VERSION
-        && len <= bytes.len()
-        && sha256_hex(&bytes[..len]) == cp.prefix_sha256
-        && bound_to_chain(&bytes[..len], cp.lines, &cp.summary)
+    let Some(prefix) = bytes.get(..len) else {
+        return false;
+    };
+    let head = if prefix.is_empty() {
+        prefix
+    } else {
+        let Some(body) = prefix.strip_suffix(b"\n") else {
+            return false;
+        };
+        body.iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(body, |i| &body[i + 1..])
+    };
+    checkpoint_bound(cp, key, bytes.len() as u64, head)
 }
 
-/// The prefix ends with a whole record that the summary names as the last
-/// one (digest and sequence), and holds `lines` records. An empty prefix
-/// goes with the genesis summary.
-fn bound_to_chain(prefix: &[u8], lines: usize, summary: &Summary) -> bool {
-    if prefix.is_empty() {
-        return lines == 0 && summary.next_seq == 0 && summary.last_digest == GENESIS;
+/// Authentic (HMAC), current (version), within the file, and bound to the
+/// chain by `head`, the record ending at `cp.len`: its digest is the
+/// summary's `last_digest`, its `seq + 1` the summary's `next_seq`. An
+/// empty prefix goes with the genesis summary.
+fn checkpoint_bound(cp: &Checkpoint, key: &[u8; 32], file_len: u64, head: &[u8]) -> bool {
+    let mac_ok = hex::decode(&cp.mac).is_ok_and(|m| m == hmac_sha256(key, &cp.mac_input()));
+    if !mac_ok || cp.v != CHECKPOINT_VERSION || cp.len > file_len {
+        return false;
     }
-    let Some(body) = prefix.strip_suffix(b"\n") else {
+    let summary = &cp.summary;
+    if cp.len == 0 {
+        return cp.lines == 0 && summary.next_seq == 0 && summary.last_digest == GENESIS;
+    }
+    let Ok(record) = serde_json::from_slice::<Record>(head) else {
         return false;
     };
-    let last = body
-        .iter()
-        .rposition(|b| *b == b'\n')
-        .map_or(body, |i| &body[i + 1..]);
-    let Ok(record) = serde_json::from_slice::<Record>(last) else {
-        return false;
-    };
-    prefix.iter().filter(|b| **b == b'\n').count() == lines
-        && sha256_hex(last) == summary.last_digest
+    cp.lines > 0
+        && sha256_hex(head) == summary.last_digest
         && record.seq.checked_add(1) == Some(summary.next_seq)
 }
 
@@ -1256,7 +1363,13 @@ mod tests {
     fn each_checkpoint_condition_alone_refuses_it() {
         let (d, cp, key, bytes) = setup_checkpoint();
         assert!(checkpoint_trusted(&cp, &key, &bytes));
-        assert!(load_checkpoint(&journal_path(d.path()), &bytes).is_some());
+        let load = |bytes: &[u8]| {
+            let jp = journal_path(d.path());
+            fs::write(&jp, bytes).unwrap();
+            let f = File::open(&jp).unwrap();
+            load_checkpoint(&jp, &f, bytes.len() as u64)
+        };
+        assert!(load(&bytes).is_some());
         // The MAC alone.
         let mut c = cp.clone();
         c.summary.uses.insert("x".into(), 0);
@@ -1278,9 +1391,24 @@ mod tests {
             !checkpoint_trusted(&c, &key, &bytes),
             "longer than the file"
         );
+        // The head record (the last one the checkpoint covers) edited.
+        let len = cp.len as usize;
+        let mut edited = bytes.clone();
+        edited[len - 5] ^= 1;
+        assert!(!checkpoint_trusted(&cp, &key, &edited), "head edited");
+        assert!(load(&edited).is_none(), "head edited (from the file)");
+        // Not a record boundary.
+        let mut c = cp.clone();
+        c.len -= 1;
+        remac(&mut c, &key);
+        assert!(!checkpoint_trusted(&c, &key, &bytes), "inside a record");
+        // An edit before the head is left to `journal verify`: admission
+        // uses the summary the checkpoint authenticates either way.
         let mut edited = bytes.clone();
         edited[5] ^= 1;
-        assert!(!checkpoint_trusted(&cp, &key, &edited), "prefix edited");
+        assert!(checkpoint_trusted(&cp, &key, &edited));
+        assert!(load(&edited).is_some());
+        assert!(audit(Path::new("t"), &edited).is_err(), "journal verify");
         let mut c = cp.clone();
         c.summary.next_seq = 17;
         remac(&mut c, &key);
@@ -1292,13 +1420,6 @@ mod tests {
             !checkpoint_trusted(&c, &key, &bytes),
             "last digest not bound"
         );
-        let mut c = cp.clone();
-        c.lines = 15;
-        remac(&mut c, &key);
-        assert!(
-            !checkpoint_trusted(&c, &key, &bytes),
-            "line count not bound"
-        );
         // A checkpoint of a shorter prefix (a true one) is still trusted.
         let first_line_end = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
         let one = parse_chain(Path::new("t"), &bytes[..first_line_end]).unwrap();
@@ -1308,7 +1429,6 @@ mod tests {
             v: CHECKPOINT_VERSION,
             len: first_line_end as u64,
             lines: 1,
-            prefix_sha256: sha256_hex(&bytes[..first_line_end]),
             summary: s,
             mac: String::new(),
         };
@@ -1322,7 +1442,7 @@ mod tests {
             serde_json::to_vec(&c).unwrap(),
         )
         .unwrap();
-        assert!(load_checkpoint(&journal_path(d.path()), &bytes).is_none());
+        assert!(load(&bytes).is_none());
     }
 
     /// Line numbers and sequence arithmetic when continuing a chain.
@@ -1417,7 +1537,6 @@ mod tests {
                 v: CHECKPOINT_VERSION,
                 len: 0,
                 lines: 0,
-                prefix_sha256: String::new(),
                 summary: at_max,
                 mac: String::new(),
             })

@@ -112,18 +112,24 @@ impl GoalSession for LocalGoal {
     }
 
     fn spend(
-        mut self: Box<Self>,
+        self: Box<Self>,
         attempt_id: &str,
         executing: Event,
     ) -> Result<(Committed, Box<dyn AttemptHold>), LedgerError> {
+        let LocalGoal {
+            journal,
+            dir,
+            goal_id,
+        } = *self;
         // The witness first: a reader that sees the record sees it held.
-        let lock = AttemptLock::acquire(&self.dir, attempt_id).map_err(err)?;
-        let committed = self.journal.commit_executing(executing).map_err(err)?;
+        let lock = AttemptLock::acquire(&dir, attempt_id).map_err(err)?;
+        // Written under the Goal's lock, flushed once it is released.
+        let committed = journal.commit_executing(executing).map_err(err)?;
         Ok((
             committed,
             Box::new(LocalAttempt {
-                dir: self.dir.clone(),
-                goal_id: self.goal_id.clone(),
+                dir,
+                goal_id,
                 lock: Some(lock),
             }),
         ))
@@ -139,7 +145,7 @@ struct LocalAttempt {
 impl AttemptHold for LocalAttempt {
     fn record_result(&mut self, result: Event) -> Result<String, LedgerError> {
         Journal::open(&self.dir, &self.goal_id)
-            .and_then(|mut j| j.append(result))
+            .and_then(|j| j.append_then_unlock(result))
             .map_err(err)
     }
 

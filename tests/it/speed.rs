@@ -185,3 +185,104 @@ fn a_crashed_runners_cgroup_is_swept_when_the_sweep_is_due() {
         .expect("sweep marker");
     assert_eq!(first, second, "a second run within the minute swept again");
 }
+
+/// The `executing` record is flushed after the Goal's lock is let go. A
+/// runner that dies in between (the record written, visible to every other
+/// runner, not yet flushed) ran nothing, and its use counts as spent: the
+/// attempt is `unknown` and blocks the Goal until a person resolves it.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_runner_dying_between_unlock_and_flush_ran_nothing_and_spent_its_use() {
+    let e = Env::new();
+    let log = e.path("spawns.log");
+    let probe = ["sh", "-c", &format!("echo x >> {}", log.display())];
+    e.approve(&["--uses", "1"], &probe);
+    let o = output(
+        e.run_cmd(&[], &probe)
+            .env("GOVERNED_EXEC_FAULT", "unlocked_before_flush"),
+    );
+    assert_eq!(o.status.code(), None, "the runner did not crash");
+    assert_eq!(line_count(&log), 0, "something ran before the flush");
+    assert_eq!(e.journal_executing_count(), 1);
+    e.run(&[], &probe)
+        .assert_refused("unresolved_unknown_outcome");
+    let attempt = std::fs::read_dir(e.state.join("journal"))
+        .expect("journal")
+        .flatten()
+        .find_map(|f| {
+            let text = std::fs::read_to_string(f.path()).ok()?;
+            let v: serde_json::Value = serde_json::from_str(text.lines().next()?).ok()?;
+            v["event"]["attempt_id"].as_str().map(String::from)
+        })
+        .expect("attempt id");
+    let o = output(
+        cmd()
+            .args([
+                "resolve",
+                "--attempt",
+                &attempt,
+                "--as",
+                "failed",
+                "--by",
+                "t",
+            ])
+            .arg("--state-dir")
+            .arg(&e.state),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    e.run(&[], &probe).assert_refused("lease_exhausted");
+    assert_eq!(line_count(&log), 0);
+}
+
+/// A run reads only the journal's tail past its checkpoint: an edit of a
+/// record before the checkpoint's head changes nothing a run decides (it
+/// uses the summary the checkpoint authenticates), and `journal verify`,
+/// which re-derives every record, reports the broken chain.
+#[test]
+fn a_run_reads_the_tail_and_journal_verify_checks_the_whole_chain() {
+    let e = Env::new();
+    e.approve(&["--uses", "1"], &["true"]);
+    e.approve(&["--uses", "40"], &["echo", "x"]);
+    assert_eq!(e.run(&[], &["true"]).code, 0);
+    for _ in 0..9 {
+        assert_eq!(e.run(&[], &["echo", "x"]).code, 0);
+    }
+    // 20 records: this open parses them all and saves a checkpoint.
+    assert_eq!(e.run(&[], &["echo", "x"]).code, 0);
+    assert!(
+        std::fs::read_dir(e.state.join("checkpoints"))
+            .expect("checkpoints")
+            .flatten()
+            .any(|f| f.path().extension().is_some_and(|x| x == "json")),
+        "no checkpoint saved"
+    );
+    let journal = std::fs::read_dir(e.state.join("journal"))
+        .expect("journal")
+        .flatten()
+        .map(|f| f.path())
+        .next()
+        .expect("journal file");
+    let mut bytes = std::fs::read(&journal).expect("read");
+    // Flip one hex digit of the first record's attempt id.
+    let at = bytes
+        .windows(5)
+        .position(|w| w == b"\"att-")
+        .expect("attempt id")
+        + 5;
+    bytes[at] = if bytes[at] == b'0' { b'1' } else { b'0' };
+    std::fs::write(&journal, &bytes).expect("write");
+    // The spent use of the 1-use lease is still spent.
+    e.run(&[], &["true"]).assert_refused("lease_exhausted");
+    assert_eq!(e.run(&[], &["echo", "x"]).code, 0);
+    let o = output(
+        cmd()
+            .args(["journal", "verify", "--state-dir"])
+            .arg(&e.state),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
