@@ -367,6 +367,30 @@ fn a_stopped_server_is_ledger_unavailable_with_zero_spawn_and_no_credential_leak
     let r = finish_run(output(with_env(e.run_cmd(&[], &strs(&command)))));
     r.assert_refused("ledger_unavailable");
     assert_eq!(line_count(&log), 1, "zero spawn while the ledger is down");
+    // revoke cannot reach the lease's ledger: it says so and fails, and the
+    // manifest already carries the revocation.
+    let lease_id = {
+        let m: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&e.manifest).unwrap()).unwrap();
+        m["leases"][0]["body"]["lease_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let o = output(with_env({
+        let mut c = cmd();
+        c.args(["revoke", "--manifest"])
+            .arg(&e.manifest)
+            .args(["--lease", &lease_id, "--by", "ops", "--state-dir"])
+            .arg(e.path("ops"));
+        c
+    }));
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not yet in its ledger"), "{err}");
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&e.manifest).unwrap()).unwrap();
+    assert_eq!(m["revocations"][0]["lease_id"], lease_id.as_str());
     for text in [
         std::fs::read_to_string(&e.manifest).unwrap(),
         String::from_utf8_lossy(&r.stdout).to_string(),
