@@ -272,6 +272,20 @@ pub fn prepare(
     })
 }
 
+/// A block device node under `/dev` (or `/dev/mapper`) this process can open
+/// for reading.
+fn readable_block_device() -> Option<PathBuf> {
+    ["/dev", "/dev/mapper"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|rd| rd.flatten())
+        .map(|e| e.path())
+        .find(|p| {
+            std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_block_device())
+                && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::R_OK).is_ok()
+        })
+}
+
 /// A ruleset that handles every filesystem right and grants all of them
 /// everywhere except beneath the runner's key and state dir (and every alias
 /// path of them): each directory above a protected path gets only
@@ -290,6 +304,13 @@ fn guard_ruleset(
     if nlink != 1 {
         return Err(format!(
             "the key file has {nlink} hard links; Landlock covers paths, not the inode"
+        ));
+    }
+    // A raw disk this uid can read (group `disk`) holds the key's blocks.
+    if let Some(dev) = readable_block_device() {
+        return Err(format!(
+            "the block device {} is readable by this uid, and the key's blocks with it",
+            dev.display()
         ));
     }
     let mut protected = key_paths.clone();
