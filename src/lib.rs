@@ -44,6 +44,7 @@ pub mod out;
 pub mod reach;
 pub mod receipt;
 pub mod run;
+pub mod run_error;
 pub mod safe_io;
 #[cfg(feature = "schema")]
 pub mod schema;

@@ -20,12 +20,13 @@ use nix::sys::signalfd::SignalFd;
 use crate::admission::{self, Admitted, Refusal, Selection};
 use crate::cgroup::RunCgroups;
 use crate::goal::{self, LoadedGoal};
-use crate::journal::{self, Event, Journal, JournalError};
+use crate::journal::{self, Event, Journal};
 use crate::ledger::{self, GoalSession, Ledger, LedgerError};
 use crate::model::{
     Cleanup, CleanupState, GoalRef, LeaseRef, Outcome, OutcomeClass, Profile, Reason, ReceiptBody,
     Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
 };
+use crate::run_error::RunError;
 use crate::safe_io::WriteTarget;
 use crate::scratch::{self, Scratch};
 use crate::supervise::{self, Ending, RunResult, SuperviseError};
@@ -226,36 +227,32 @@ fn ledger_refusal(l: &dyn Ledger, e: LedgerError) -> Refusal {
     }
 }
 
-fn journal_refusal(e: JournalError) -> Refusal {
-    match e {
-        JournalError::Corrupt { .. } => Refusal::new(Reason::JournalCorrupt, e.to_string()),
-        JournalError::Unavailable { .. } => Refusal::new(Reason::JournalUnavailable, e.to_string()),
-    }
-}
-
 /// Load `--key`, or the state dir's runner key, creating it on first use.
-fn runner_key(explicit: Option<&Path>, state_dir: &Path) -> Result<(SigningKey, PathBuf), Refusal> {
+fn runner_key(
+    explicit: Option<&Path>,
+    state_dir: &Path,
+) -> Result<(SigningKey, PathBuf), RunError> {
     if let Some(p) = explicit {
         return sign::load_signing_key(p)
             .map(|k| (k, p.to_path_buf()))
-            .map_err(|e| Refusal::new(Reason::InvalidInput, e.to_string()));
+            .map_err(RunError::RunnerKey);
     }
+    let state = |e: &dyn std::fmt::Display| RunError::StateDir(e.to_string());
     let path = state_dir.join("runner.key");
     if path.exists() {
         return sign::load_signing_key(&path)
             .map(|k| (k, path.clone()))
-            .map_err(|e| Refusal::new(Reason::JournalUnavailable, e.to_string()));
+            .map_err(|e| state(&e));
     }
-    journal::ensure_dir(state_dir).map_err(journal_refusal)?;
-    let key =
-        sign::generate().map_err(|e| Refusal::new(Reason::JournalUnavailable, e.to_string()))?;
+    journal::ensure_dir(state_dir).map_err(|e| state(&e))?;
+    let key = sign::generate().map_err(|e| state(&e))?;
     match sign::write_keypair(&key, &path, &state_dir.join("runner.pub")) {
         Ok(()) => Ok((key, path)),
         // Another runner created it first: use theirs.
         Err(_) if path.exists() => sign::load_signing_key(&path)
             .map(|k| (k, path.clone()))
-            .map_err(|e| Refusal::new(Reason::JournalUnavailable, e.to_string())),
-        Err(e) => Err(Refusal::new(Reason::JournalUnavailable, e.to_string())),
+            .map_err(|e| state(&e)),
+        Err(e) => Err(state(&e)),
     }
 }
 
@@ -500,16 +497,6 @@ fn pending_cancel(signals: &mut SignalFd) -> Option<i32> {
     cancel
 }
 
-fn cancelled_before_spawn(sig: i32) -> Refusal {
-    let name = nix::sys::signal::Signal::try_from(sig)
-        .map(|s| s.as_str())
-        .unwrap_or("a cancelling signal");
-    Refusal::new(
-        Reason::CancelledBeforeSpawn,
-        format!("governed-exec received {name} before the use was spent: nothing was spawned and no use was spent"),
-    )
-}
-
 pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
     // The runner holds the signing key in memory and its fds: no process of
     // the same uid without CAP_SYS_PTRACE may read /proc/<runner>/{mem,fd,
@@ -525,13 +512,13 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
     // The runner key's location is known from here on: every refusal is
     // signed, with the key created if needed (as a successful run would),
     // so a harness always gets a receipt `verify` can judge.
-    let mut key_pair = runner_key(args.key.as_deref(), &state_dir);
+    let key_pair = runner_key(args.key.as_deref(), &state_dir);
     if let Ok((k, _)) = &key_pair {
         draft.key = Some(k.clone());
     }
     let goal = match goal::load(&args.goal) {
         Ok(g) => g,
-        Err(e) => return draft.refuse(Refusal::new(Reason::InvalidInput, e)),
+        Err(e) => return draft.refuse(RunError::Goal(e).into()),
     };
     draft.goal = Some(goal.reference());
     let goal_id = goal.goal.id.clone();
@@ -541,29 +528,31 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
     };
     let selection = match selection(&args) {
         Ok(s) => s,
-        Err(e) => return refuse_early(&draft, Refusal::new(Reason::InvalidInput, e)),
+        Err(e) => return refuse_early(&draft, RunError::Request(e).into()),
     };
     if let Selection::Request { request, .. } = &selection {
         draft.request = Some(request.clone());
     }
     let manifest = match lease::load_manifest(&args.manifest) {
         Ok(m) => m,
-        Err(e) => return refuse_early(&draft, Refusal::new(Reason::InvalidInput, e)),
+        Err(e) => return refuse_early(&draft, RunError::Manifest(e).into()),
     };
     let trust = match sign::load_verifying_key(&args.trust) {
         Ok(k) => k,
-        Err(e) => return refuse_early(&draft, Refusal::new(Reason::InvalidInput, e.to_string())),
+        Err(e) => return refuse_early(&draft, RunError::Trust(e).into()),
     };
-    let (key, key_path) = match std::mem::replace(
-        &mut key_pair,
-        Err(Refusal::new(Reason::InvalidInput, String::new())),
-    ) {
+    let (key, key_path) = match key_pair {
         Ok(k) => k,
-        Err(r) => return refuse_early(&draft, r),
+        Err(e) => return refuse_early(&draft, e.into()),
     };
-    let canonical = |p: &Path, what: &str| {
-        std::fs::canonicalize(p)
-            .map_err(|e| Refusal::new(Reason::InvalidInput, format!("{what} {}: {e}", p.display())))
+    let canonical = |p: &Path, what: &'static str| {
+        std::fs::canonicalize(p).map_err(|source| {
+            Refusal::from(RunError::Place {
+                what,
+                path: p.display().to_string(),
+                source,
+            })
+        })
     };
     let workspace = match args
         .workspace
@@ -600,17 +589,11 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         v
     };
     if named.len() > 1 {
-        return refuse_early(
-            &draft,
-            Refusal::new(
-                Reason::NoMatchingLease,
-                "the leases matching this request name different ledgers: give --lease ID",
-            ),
-        );
+        return refuse_early(&draft, RunError::AmbiguousLedger.into());
     }
     let led = match ledger::for_lease(named.first().cloned().flatten().as_deref(), &state_dir) {
         Ok(l) => l,
-        Err(e) => return refuse_early(&draft, Refusal::new(Reason::InvalidInput, e)),
+        Err(e) => return refuse_early(&draft, RunError::LedgerName(e).into()),
     };
     let session = match led.open_goal(&goal.goal.id) {
         Ok(s) => s,
@@ -797,7 +780,7 @@ fn execute(
     // spend nothing. (One arriving after the executing record is written
     // stays pending in the signalfd and is forwarded to the child.)
     if let Some(sig) = pending_cancel(signals) {
-        let r = cancelled_before_spawn(sig);
+        let r = Refusal::from(RunError::CancelledBeforeSpawn(sig));
         record_refusal(session, &r);
         return draft.refuse(Refusal {
             lease: Some(Box::new(admitted.lease.clone())),
