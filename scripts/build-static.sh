@@ -8,4 +8,4 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 target=$(rustc -vV | sed -n 's/^host: //p')
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
   cargo build --release --locked --manifest-path "$repo/Cargo.toml" --target "$target" >&2
-echo "$repo/target/$target/release/governed-exec"
+echo "${CARGO_TARGET_DIR:-$repo/target}/$target/release/governed-exec"

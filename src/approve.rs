@@ -12,8 +12,8 @@ use crate::lease;
 use crate::ledger::LedgerSpec;
 use crate::limits::{format_ms, format_size, tier};
 use crate::model::{
-    Binding, EnvPolicy, IsolationRequest, LeaseBody, Limits, Manifest, Profile, Request,
-    Supersession, UserSpec, LEASE_SCHEMA,
+    Binding, EnvPolicy, IsolationRequest, LeaseBody, Limits, Manifest, MaxProcesses, Profile,
+    Request, Supersession, UserSpec, LEASE_SCHEMA,
 };
 use crate::run::{new_id, read_request};
 use crate::{env, escape, sign};
@@ -24,7 +24,7 @@ pub struct LimitOverrides {
     pub cancel_grace: Option<Duration>,
     pub cpu_time: Option<Duration>,
     pub memory: Option<u64>,
-    pub max_processes: Option<u64>,
+    pub max_processes: Option<MaxProcesses>,
     pub max_open_files: Option<u64>,
     pub max_file_size: Option<u64>,
     pub keep_output: Option<u64>,
@@ -96,14 +96,15 @@ fn apply_overrides(mut l: Limits, o: &LimitOverrides) -> Result<Limits, String> 
         }
     };
     set(&mut l.memory_bytes, o.memory);
-    set(&mut l.max_processes, o.max_processes);
+    if let Some(m) = o.max_processes {
+        l.max_processes = m;
+    }
     set(&mut l.max_open_files, o.max_open_files);
     set(&mut l.max_file_size_bytes, o.max_file_size);
     set(&mut l.keep_output_bytes, o.keep_output);
     set(&mut l.output_cap_bytes, o.output_cap);
     for (name, v, min, why) in [
         ("--wall-time", l.wall_time_ms, 1, "1ms"),
-        ("--max-processes", l.max_processes, 1, "1 (the program itself)"),
         (
             "--memory",
             l.memory_bytes,
@@ -419,6 +420,12 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         format_ms(l.wall_time_ms), format_ms(l.kill_grace_ms), format_ms(l.cancel_grace_ms), l.cpu_time_s, format_size(l.memory_bytes),
         l.max_processes, l.max_open_files, format_size(l.max_file_size_bytes), format_size(l.keep_output_bytes), format_size(l.output_cap_bytes)
     ));
+    if l.max_processes == MaxProcesses::UNLIMITED {
+        line(
+            "processes",
+            "UNLIMITED: the approver waived the process limit (--max-processes unlimited); nothing bounds how many processes the run may start".into(),
+        );
+    }
     line("environment", env::describe(&b.env));
     for w in crate::toolchain::warnings(b) {
         line("warning", w);
@@ -452,6 +459,6 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         .isolation
         .as_user
         .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
-    line("boundary", boundary_text(&b.isolation, uid, None));
+    line("boundary", boundary_text(&b.isolation, uid, None, None));
     escape::visible_lines(&format!("governed-exec: approval summary\n{out}"))
 }

@@ -27,6 +27,9 @@ struct Group {
     join: File,
     /// Sweep crashed runners' groups beside this one when it is removed.
     sweep: bool,
+    /// v2: `cgroup.procs`, for a child that must join by itself (no
+    /// `CLONE_INTO_CGROUP` when clone3 is filtered).
+    procs: Option<File>,
 }
 
 /// An empty group older than this is a crashed runner's: a live run's group
@@ -74,8 +77,22 @@ impl Group {
                 .custom_flags(libc::O_CLOEXEC)
                 .open(dir.join("tasks"))
         };
+        let procs = if v2 {
+            OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(dir.join("cgroup.procs"))
+                .ok()
+        } else {
+            None
+        };
         match join {
-            Ok(join) => Ok(Group { dir, join, sweep }),
+            Ok(join) => Ok(Group {
+                dir,
+                join,
+                sweep,
+                procs,
+            }),
             Err(e) => {
                 let _ = fs::remove_dir(&dir);
                 Err(e)
@@ -114,6 +131,9 @@ pub struct RunCgroups {
     pids: Option<Group>,
     track: Option<Group>,
     pids_kind: Option<&'static str>,
+    /// Why a group could not be made or limited, one line per attempt
+    /// (shown by `doctor` and in an `isolation_unavailable` refusal).
+    notes: Vec<String>,
 }
 
 /// (mount point, fs type, super options, mount root) of cgroup mounts.
@@ -160,30 +180,59 @@ fn join_cgroup(mount: &Path, root: &str, own: &str) -> PathBuf {
 }
 
 impl RunCgroups {
-    /// Create what the machine allows; never fails (absence is reported).
-    /// `sweep`: remove crashed runners' groups when this run's are removed
-    /// (see [`crate::scratch::sweep_due`]).
-    pub fn create(attempt_id: &str, max_processes: u64, sweep: bool) -> RunCgroups {
+    /// Create what the machine allows; never fails (absence is reported in
+    /// [`RunCgroups::notes`]). `limit` is written to the pids group's
+    /// `pids.max` when there is one (`None`: the approver waived the limit;
+    /// the groups still serve cleanup). `sweep`: remove crashed runners'
+    /// groups when this run's are removed (see [`crate::scratch::sweep_due`]).
+    pub fn create(attempt_id: &str, limit: Option<u64>, sweep: bool) -> RunCgroups {
         let name = format!("governed-exec-{attempt_id}");
         let mut out = RunCgroups {
             name: name.clone(),
             ..RunCgroups::default()
         };
-        for (mount, fstype, opts, root) in cgroup_mounts() {
+        let mounts = cgroup_mounts();
+        if !mounts
+            .iter()
+            .any(|(_, t, o, _)| t == "cgroup2" || o.split(',').any(|x| x == "pids"))
+        {
+            out.notes
+                .push("no pids cgroup hierarchy (v1 `pids` or v2) is mounted".into());
+        }
+        for (mount, fstype, opts, root) in mounts {
             if fstype == "cgroup2" && out.track.is_none() {
                 let Some(own) = own_path(|c| c.is_empty()) else {
                     continue;
                 };
                 let base = join_cgroup(&mount, &root, &own);
-                if let Ok(g) = Group::create(base.join(&name), true, sweep) {
-                    let has_pids = fs::read_to_string(g.dir.join("cgroup.controllers"))
-                        .unwrap_or_default()
-                        .split_whitespace()
-                        .any(|c| c == "pids");
-                    if has_pids && out.pids.is_none() && write_limit(&g.dir, max_processes) {
-                        out.pids_kind = Some("pids_cgroup_v2");
+                match Group::create(base.join(&name), true, sweep) {
+                    Ok(g) => {
+                        let has_pids = fs::read_to_string(g.dir.join("cgroup.controllers"))
+                            .unwrap_or_default()
+                            .split_whitespace()
+                            .any(|c| c == "pids");
+                        if has_pids && out.pids.is_none() {
+                            match limit {
+                                Some(n) if write_limit(&g.dir, n) => {
+                                    out.pids_kind = Some("pids_cgroup_v2")
+                                }
+                                Some(_) => out
+                                    .notes
+                                    .push(format!("cannot write pids.max in {}", g.dir.display())),
+                                None => {}
+                            }
+                        } else if !has_pids {
+                            out.notes.push(format!(
+                                "the v2 group {} has no pids controller (it is bound to a v1 hierarchy or not enabled in the parent)",
+                                base.display()
+                            ));
+                        }
+                        out.track = Some(g);
                     }
-                    out.track = Some(g);
+                    Err(e) => out.notes.push(format!(
+                        "cannot create a cgroup v2 group under {}: {e}",
+                        base.display()
+                    )),
                 }
             } else if fstype == "cgroup"
                 && opts.split(',').any(|o| o == "pids")
@@ -193,11 +242,22 @@ impl RunCgroups {
                     continue;
                 };
                 let base = join_cgroup(&mount, &root, &own);
-                if let Ok(g) = Group::create(base.join(&name), false, sweep) {
-                    if write_limit(&g.dir, max_processes) {
-                        out.pids_kind = Some("pids_cgroup_v1");
-                        out.pids = Some(g);
-                    }
+                match Group::create(base.join(&name), false, sweep) {
+                    Ok(g) => match limit {
+                        Some(n) if write_limit(&g.dir, n) => {
+                            out.pids_kind = Some("pids_cgroup_v1");
+                            out.pids = Some(g);
+                        }
+                        Some(_) => out
+                            .notes
+                            .push(format!("cannot write pids.max in {}", g.dir.display())),
+                        // Waived: the group still tracks the run's members.
+                        None => out.pids = Some(g),
+                    },
+                    Err(e) => out.notes.push(format!(
+                        "cannot create a pids cgroup (v1) under {}: {e}",
+                        base.display()
+                    )),
                 }
             }
         }
@@ -237,6 +297,11 @@ impl RunCgroups {
             .any(|f| fs::metadata(parent.join(f)).is_ok_and(|m| m.uid() == uid))
     }
 
+    /// Why no per-run pids limit could be set, one line per attempt.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
     /// How `max_processes` is enforced by a cgroup, if it is.
     pub fn process_limit(&self) -> Option<&'static str> {
         self.pids_kind
@@ -249,6 +314,14 @@ impl RunCgroups {
     /// The v1 `tasks` file the child writes `0` into, if any.
     pub fn v1_tasks_fd(&self) -> Option<RawFd> {
         self.pids.as_ref().map(|g| g.join.as_raw_fd())
+    }
+
+    /// The v2 group's `cgroup.procs`, for a child joining by itself.
+    pub fn v2_procs_fd(&self) -> Option<RawFd> {
+        self.track
+            .as_ref()
+            .and_then(|g| g.procs.as_ref())
+            .map(|f| f.as_raw_fd())
     }
 
     /// The v2 directory fd for `clone3(CLONE_INTO_CGROUP)`, if any.
@@ -307,4 +380,71 @@ fn write_limit(dir: &Path, max: u64) -> bool {
         .open(dir.join("pids.max"))
         .and_then(|mut f| f.write_all(max.to_string().as_bytes()))
         .is_ok()
+}
+
+/// The tightest `pids.max` that already binds this process: its own pids
+/// cgroup and every ancestor visible under the mount (v1 `pids` hierarchy
+/// or v2), e.g. the container's group that `docker run --pids-limit N`
+/// limits. `Ok((limit, file))`, or `Err` with what was found instead.
+/// A limit on an enclosing group bounds the run *and* governed-exec itself,
+/// so it is a valid bound for the run whenever it is no larger than the
+/// lease's; nothing is written, so a read-only cgroupfs is no obstacle.
+pub fn enclosing_pids_max() -> Result<(u64, PathBuf), String> {
+    let mut best: Option<(u64, PathBuf)> = None;
+    let mut seen = Vec::new();
+    for (mount, fstype, opts, root) in cgroup_mounts() {
+        let own = if fstype == "cgroup2" {
+            own_path(|c| c.is_empty())
+        } else if opts.split(',').any(|o| o == "pids") {
+            own_path(|c| c.split(',').any(|x| x == "pids"))
+        } else {
+            None
+        };
+        let Some(own) = own else { continue };
+        let mut dir = join_cgroup(&mount, &root, &own);
+        loop {
+            let file = dir.join("pids.max");
+            if let Ok(text) = fs::read_to_string(&file) {
+                let v = text.trim().to_string();
+                if let Ok(n) = v.parse::<u64>() {
+                    if best.as_ref().is_none_or(|(b, _)| n < *b) {
+                        best = Some((n, file.clone()));
+                    }
+                }
+                seen.push(format!("{} = {v}", file.display()));
+            }
+            if dir == mount || !dir.pop() || !dir.starts_with(&mount) {
+                break;
+            }
+        }
+    }
+    best.ok_or_else(|| {
+        if seen.is_empty() {
+            "no pids.max is visible for this process's cgroup".to_string()
+        } else {
+            format!("no enclosing pids.max is a number ({})", seen.join(", "))
+        }
+    })
+}
+
+/// Whether a pids hierarchy (v1 `pids` or v2) is mounted read-write here: a
+/// uid-0 child could then move itself out of the group whose limit binds
+/// it. Under Docker's defaults every cgroup mount is read-only.
+pub fn pids_mount_writable() -> bool {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines().any(|l| {
+        let Some((pre, post)) = l.split_once(" - ") else {
+            return false;
+        };
+        let pre: Vec<&str> = pre.split(' ').collect();
+        let post: Vec<&str> = post.split(' ').collect();
+        let pids = match post.first() {
+            Some(&"cgroup2") => true,
+            Some(&"cgroup") => post
+                .get(2)
+                .is_some_and(|o| o.split(',').any(|x| x == "pids")),
+            _ => false,
+        };
+        pids && pre.get(5).is_some_and(|o| o.split(',').any(|x| x == "rw"))
+    })
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::journal::Classification;
-use crate::limits::{parse_duration, parse_size};
-use crate::model::Profile;
+use crate::limits::{parse_duration, parse_max_processes, parse_size};
+use crate::model::{MaxProcesses, Profile};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -72,6 +72,11 @@ pub enum Command {
     Receipt {
         #[command(subcommand)]
         action: ReceiptAction,
+    },
+    /// What run can enforce here, as this uid, and by which mechanism (or why not).
+    Doctor {
+        #[arg(long)]
+        json: bool,
     },
     /// A person classifies an attempt whose outcome is unknown.
     Resolve {
@@ -177,8 +182,10 @@ pub struct ApproveCmd {
     pub cpu_time: Option<Duration>,
     #[arg(long, value_parser = parse_size)]
     pub memory: Option<u64>,
-    #[arg(long)]
-    pub max_processes: Option<u64>,
+    /// A number, or `unlimited` to waive the process limit explicitly
+    /// (shown in the summary and the receipt).
+    #[arg(long, value_parser = parse_max_processes, value_name = "N|unlimited")]
+    pub max_processes: Option<MaxProcesses>,
     #[arg(long)]
     pub max_open_files: Option<u64>,
     #[arg(long, value_parser = parse_size)]

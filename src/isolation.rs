@@ -23,11 +23,12 @@ use nix::unistd::{getegid, geteuid};
 
 use crate::model::{IsolationReport, IsolationRequest};
 use crate::reach;
-use crate::sys::{self, ChildCreds, MountPlan};
+use crate::sys::{self, ChildCreds, MountPlan, SocketFilter};
 
 pub struct Prepared {
     pub creds: Option<ChildCreds>,
     pub landlock_fd: Option<OwnedFd>,
+    pub seccomp: Option<SocketFilter>,
     pub report: IsolationReport,
     /// The child's own mount namespace (a root runner under isolation).
     pub mounts: Option<MountPlan>,
@@ -55,9 +56,15 @@ pub fn any_isolation(req: &IsolationRequest) -> bool {
 }
 
 /// The boundary in words. `mount_ns`: whether the child gets its own mount
-/// namespace (known at `run`; `None` at `approve`, where it depends on the
-/// runner holding CAP_SYS_ADMIN).
-pub fn boundary_text(req: &IsolationRequest, uid: u32, mount_ns: Option<bool>) -> String {
+/// namespace; `net`: the `--no-network` mechanism. Both are known at `run`;
+/// at `approve` they are `None` (they depend on the runner's machine) and
+/// the text says what each possibility means.
+pub fn boundary_text(
+    req: &IsolationRequest,
+    uid: u32,
+    mount_ns: Option<bool>,
+    net: Option<NetMechanism>,
+) -> String {
     let mut parts = Vec::new();
     let sandboxed = any_isolation(req);
     if sandboxed && uid == 0 && req.as_user.is_none() {
@@ -98,10 +105,11 @@ pub fn boundary_text(req: &IsolationRequest, uid: u32, mount_ns: Option<bool>) -
         None if req.fs_write.is_some() => parts.push("reads are not restricted".into()),
         None => {}
     }
-    parts.push(if req.no_network {
-        "it has no network but its own loopback".into()
-    } else {
-        "it can use the network".into()
+    parts.push(match (req.no_network, net) {
+        (false, _) => "it can use the network".into(),
+        (true, Some(NetMechanism::Seccomp)) => SECCOMP_BOUNDARY.into(),
+        (true, Some(_)) => "it has no network but its own loopback".into(),
+        (true, None) => format!("it has no network but its own loopback where a network namespace can be made here; otherwise {SECCOMP_BOUNDARY}"),
     });
     if req.pid_namespace {
         parts.push(if mount_ns == Some(false) {
@@ -111,6 +119,133 @@ pub fn boundary_text(req: &IsolationRequest, uid: u32, mount_ns: Option<bool>) -
         });
     }
     parts.join("; ")
+}
+
+const SECCOMP_BOUNDARY: &str = "a seccomp filter lets it open only AF_UNIX and AF_NETLINK sockets: no TCP or UDP at all, not even to loopback";
+
+/// How `--no-network` is enforced, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetMechanism {
+    /// `unshare(CLONE_NEWNET)` with CAP_SYS_ADMIN: a fresh namespace, loopback up.
+    NetworkNamespace,
+    /// The same inside an unprivileged user namespace (non-root callers).
+    UserAndNetworkNamespace,
+    /// No namespace can be made (e.g. Docker's default seccomp profile and
+    /// capabilities): a seccomp filter on the socket families.
+    Seccomp,
+}
+
+impl NetMechanism {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetMechanism::NetworkNamespace => "network_namespace",
+            NetMechanism::UserAndNetworkNamespace => "user_and_network_namespace",
+            NetMechanism::Seccomp => "seccomp_socket_families",
+        }
+    }
+}
+
+/// What [`enter_namespaces`] set up.
+pub struct Namespaces {
+    pub net: Option<NetMechanism>,
+    /// `pid_namespace` or `user_and_pid_namespace`: the spawn adds CLONE_NEWPID.
+    pub pid: Option<&'static str>,
+    /// Installed in the child last before exec when `net` is `Seccomp`.
+    pub seccomp: Option<SocketFilter>,
+    /// Whether this process now lives in a user namespace of its own.
+    pub user_namespace: bool,
+}
+
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Enter a new user namespace in which this process keeps its own uid and
+/// gid (mapped to themselves) and holds the capabilities needed to create
+/// network and PID namespaces. Needs a single-threaded process.
+pub fn enter_user_namespace() -> Result<(), String> {
+    let (uid, gid) = (geteuid().as_raw(), getegid().as_raw());
+    let was_dumpable = sys::is_dumpable();
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))?;
+    // The runner is non-dumpable (its /proc/self files then belong to root);
+    // it must own them to write its maps. No child exists yet.
+    sys::set_dumpable().map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
+    let write = |file: &str, text: String| {
+        std::fs::write(file, text).map_err(|e| format!("writing {file}: {e}"))
+    };
+    let maps = write("/proc/self/setgroups", "deny".into())
+        .and_then(|()| write("/proc/self/uid_map", format!("{uid} {uid} 1")))
+        .and_then(|()| write("/proc/self/gid_map", format!("{gid} {gid} 1")));
+    if !was_dumpable {
+        sys::set_non_dumpable().map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
+    }
+    maps
+}
+
+/// Set up, in this process, the namespaces `--no-network` and
+/// `--pid-namespace` need, by the first mechanism that works: with
+/// CAP_SYS_ADMIN directly; without it inside an unprivileged user namespace;
+/// for `--no-network` alone, failing both, a seccomp socket filter (checked
+/// in a throw-away child). `run` calls this before the use is spent;
+/// `doctor` calls it inside a probe child, so it reports what `run` does.
+pub fn enter_namespaces(no_network: bool, pid_namespace: bool) -> Result<Namespaces, String> {
+    let mut out = Namespaces {
+        net: None,
+        pid: None,
+        seccomp: None,
+        user_namespace: false,
+    };
+    if !no_network && !pid_namespace {
+        return Ok(out);
+    }
+    let mut why: Vec<String> = Vec::new();
+    let admin = sys::has_effective_capability(CAP_SYS_ADMIN);
+    if !admin {
+        why.push("governed-exec does not hold CAP_SYS_ADMIN".into());
+        match enter_user_namespace() {
+            Ok(()) => out.user_namespace = true,
+            Err(e) => why.push(format!("no user namespace: {e}")),
+        }
+    }
+    if no_network {
+        if admin || out.user_namespace {
+            let made = unshare(CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))
+                .and_then(|()| {
+                    sys::loopback_up().map_err(|e| format!("bringing up loopback: {e}"))
+                });
+            match made {
+                Ok(()) if out.user_namespace => {
+                    out.net = Some(NetMechanism::UserAndNetworkNamespace)
+                }
+                Ok(()) => out.net = Some(NetMechanism::NetworkNamespace),
+                Err(e) => why.push(e),
+            }
+        }
+        if out.net.is_none() {
+            let filter = sys::SocketFilter::no_network()
+                .ok_or_else(|| "no seccomp socket filter for this architecture".to_string())
+                .and_then(|f| f.check().map(|()| f));
+            match filter {
+                Ok(f) => {
+                    out.net = Some(NetMechanism::Seccomp);
+                    out.seccomp = Some(f);
+                }
+                Err(e) => {
+                    why.push(format!("seccomp: {e}"));
+                    return Err(unavailable("--no-network", why.join("; ")));
+                }
+            }
+        }
+    }
+    if pid_namespace {
+        if admin {
+            out.pid = Some("pid_namespace");
+        } else if out.user_namespace {
+            out.pid = Some("user_and_pid_namespace");
+        } else {
+            return Err(unavailable("--pid-namespace", why.join("; ")));
+        }
+    }
+    Ok(out)
 }
 
 fn unavailable(what: &str, why: impl std::fmt::Display) -> String {
@@ -162,20 +297,16 @@ pub fn prepare(
             Some(fd)
         }
     };
-    if req.no_network {
-        unshare(CloneFlags::CLONE_NEWNET)
-            .map_err(|e| unavailable("--no-network", format!("unshare(CLONE_NEWNET): {e}")))?;
-        sys::loopback_up()
-            .map_err(|e| unavailable("--no-network", format!("bringing up loopback: {e}")))?;
-    }
-    // The PID namespace is created by the spawn itself (clone with
-    // CLONE_NEWPID); here we only check that we hold what it needs.
-    if req.pid_namespace && !sys::has_effective_capability(CAP_SYS_ADMIN) {
-        return Err(unavailable(
-            "--pid-namespace",
-            "creating a PID namespace needs CAP_SYS_ADMIN, which governed-exec does not hold",
-        ));
-    }
+    // Whether this runner can give a child a mount namespace at all: a root
+    // runner without CAP_SYS_ADMIN (Docker's defaults) cannot. Read before
+    // `enter_namespaces`, whose user namespace would grant it there.
+    let can_mount = sys::has_effective_capability(CAP_SYS_ADMIN);
+    // The network namespace is entered here (the parent never uses the
+    // network); the PID namespace is created by the spawn itself (clone
+    // with CLONE_NEWPID), for which this checks that we hold what it needs:
+    // directly, through a user namespace, or (--no-network only) a seccomp
+    // socket filter.
+    let ns = enter_namespaces(req.no_network, req.pid_namespace)?;
     // A root runner under isolation gives the child its own mount namespace
     // (the child is root until it drops to --as-user, and a uid-0 child stays
     // root): the runner's key and state dir, cgroupfs and host devices are
@@ -192,7 +323,7 @@ pub fn prepare(
     // runs --as-user and --fs-write children; their receipts then say the
     // key was covered by nothing but file modes).
     let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
-        if sys::has_effective_capability(CAP_SYS_ADMIN) {
+        if can_mount {
             let (plan, covered) = mount_plan(req, writable, protect)
                 .map_err(|e| unavailable("isolation for a root child", e))?;
             sys::probe_mounts(&plan).map_err(|e| {
@@ -235,7 +366,7 @@ pub fn prepare(
     };
 
     let report = IsolationReport {
-        boundary: boundary_text(req, child_uid, Some(mounts.is_some())),
+        boundary: boundary_text(req, child_uid, Some(mounts.is_some()), ns.net),
         os_sandbox: any_isolation(req),
         uid: child_uid,
         gid: child_gid,
@@ -246,10 +377,15 @@ pub fn prepare(
         landlock_abi,
         landlock_writable,
         landlock_readable: req.fs_read.clone().unwrap_or_default(),
-        network_namespace: req.no_network,
+        network_namespace: matches!(
+            ns.net,
+            Some(NetMechanism::NetworkNamespace | NetMechanism::UserAndNetworkNamespace)
+        ),
         pid_namespace: req.pid_namespace,
-        // Replaced by the pids cgroup's kind when `run` gets one.
-        process_limit: "rlimit_nproc (counts every process of the uid)".into(),
+        network_mechanism: ns.net.map(|m| m.as_str().to_string()),
+        pid_namespace_mechanism: ns.pid.map(str::to_string),
+        // Set by `run` from `process_limit::choose`.
+        process_limit: String::new(),
         process_limit_evadable: false,
         capabilities_kept: if creds.is_some() {
             Some(vec![])
@@ -263,6 +399,7 @@ pub fn prepare(
     Ok(Prepared {
         creds,
         landlock_fd,
+        seccomp: ns.seccomp,
         report,
         mounts,
         root_caps_keep,

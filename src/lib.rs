@@ -26,6 +26,7 @@ pub mod approve;
 pub mod capture;
 pub mod cgroup;
 pub mod cli;
+pub mod doctor;
 pub mod env;
 pub mod escape;
 pub mod exit_code;
@@ -41,6 +42,7 @@ pub mod limits;
 pub mod model;
 pub mod operator;
 pub mod out;
+pub mod process_limit;
 pub mod reach;
 pub mod receipt;
 pub mod run;
@@ -302,6 +304,15 @@ pub fn cli_main() -> i32 {
                     Err(e) => usage_error(e),
                 },
             }
+        }
+        Command::Doctor { json } => {
+            let r = doctor::report();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                print!("{}", doctor::render_text(&r));
+            }
+            0
         }
         Command::Receipt {
             action: ReceiptAction::Show { receipt, format },

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::model::{Limits, Profile, DEFAULT_CANCEL_GRACE_MS};
+use crate::model::{Limits, MaxProcesses, Profile, DEFAULT_CANCEL_GRACE_MS};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -21,7 +21,7 @@ pub fn tier(profile: Profile) -> Limits {
             kill_grace_ms: 2_000,
             cpu_time_s: 60,
             memory_bytes: 2 * GIB,
-            max_processes: 256,
+            max_processes: MaxProcesses::Limit(256),
             max_open_files: 1024,
             max_file_size_bytes: 256 * MIB,
             keep_output_bytes: 16 * KIB,
@@ -33,7 +33,7 @@ pub fn tier(profile: Profile) -> Limits {
             kill_grace_ms: 5_000,
             cpu_time_s: 20 * 60,
             memory_bytes: 8 * GIB,
-            max_processes: 1024,
+            max_processes: MaxProcesses::Limit(1024),
             max_open_files: 4096,
             max_file_size_bytes: 4 * GIB,
             keep_output_bytes: 64 * KIB,
@@ -45,7 +45,7 @@ pub fn tier(profile: Profile) -> Limits {
             kill_grace_ms: 10_000,
             cpu_time_s: 4 * 3_600,
             memory_bytes: 16 * GIB,
-            max_processes: 4096,
+            max_processes: MaxProcesses::Limit(4096),
             max_open_files: 16384,
             max_file_size_bytes: 16 * GIB,
             keep_output_bytes: 256 * KIB,
@@ -58,6 +58,20 @@ pub fn tier(profile: Profile) -> Limits {
 /// `1500ms`, `30s`, `10m`, `2h` (humantime).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+/// `--max-processes`: a number greater than zero, or `unlimited` (the
+/// approver's explicit waiver of the process limit).
+pub fn parse_max_processes(s: &str) -> Result<MaxProcesses, String> {
+    if s == "unlimited" {
+        return Ok(MaxProcesses::UNLIMITED);
+    }
+    match s.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(MaxProcesses::Limit(n)),
+        _ => Err(format!(
+            "invalid process limit {s:?}: expected a number greater than zero or `unlimited`"
+        )),
+    }
 }
 
 /// Bytes with an optional `KiB`/`MiB`/`GiB` suffix.
@@ -99,5 +113,36 @@ mod tests {
         assert_eq!(parse_size("2 MiB").ok(), Some(2 * MIB));
         assert!(parse_size("4kb").is_err());
         assert!(parse_size("-1").is_err());
+    }
+
+    #[test]
+    fn max_processes() {
+        assert_eq!(
+            parse_max_processes("64").ok(),
+            Some(MaxProcesses::Limit(64))
+        );
+        assert_eq!(
+            parse_max_processes("unlimited").ok(),
+            Some(MaxProcesses::UNLIMITED)
+        );
+        assert!(parse_max_processes("0").is_err());
+        assert!(parse_max_processes("Unlimited").is_err());
+        // A number stays a plain JSON number (old leases keep their bytes).
+        assert_eq!(
+            serde_json::to_string(&MaxProcesses::Limit(64))
+                .ok()
+                .as_deref(),
+            Some("64")
+        );
+        assert_eq!(
+            serde_json::to_string(&MaxProcesses::UNLIMITED)
+                .ok()
+                .as_deref(),
+            Some("\"unlimited\"")
+        );
+        let back: Result<MaxProcesses, _> = serde_json::from_str("\"unlimited\"");
+        assert_eq!(back.ok(), Some(MaxProcesses::UNLIMITED));
+        let bad: Result<MaxProcesses, _> = serde_json::from_str("\"lots\"");
+        assert!(bad.is_err());
     }
 }

@@ -157,7 +157,7 @@ pub struct Limits {
     pub kill_grace_ms: u64,
     pub cpu_time_s: u64,
     pub memory_bytes: u64,
-    pub max_processes: u64,
+    pub max_processes: MaxProcesses,
     pub max_open_files: u64,
     pub max_file_size_bytes: u64,
     pub keep_output_bytes: u64,
@@ -174,6 +174,48 @@ pub const DEFAULT_CANCEL_GRACE_MS: u64 = 2_000;
 
 fn default_cancel_grace_ms() -> u64 {
     DEFAULT_CANCEL_GRACE_MS
+}
+
+/// `max_processes` of a lease: a number, or `"unlimited"` — the approver's
+/// explicit waiver (`approve --max-processes unlimited`), for machines where
+/// no mechanism can enforce a number (CONTRACT §7). A number serialises as
+/// a plain JSON number, so leases signed before the waiver existed keep
+/// their bytes and their fingerprint.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum MaxProcesses {
+    Limit(u64),
+    Waived(Unlimited),
+}
+
+/// The one word that waives the process limit.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Unlimited {
+    Unlimited,
+}
+
+impl MaxProcesses {
+    pub const UNLIMITED: MaxProcesses = MaxProcesses::Waived(Unlimited::Unlimited);
+
+    /// The number to enforce, `None` when waived.
+    pub fn limit(self) -> Option<u64> {
+        match self {
+            MaxProcesses::Limit(n) => Some(n),
+            MaxProcesses::Waived(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for MaxProcesses {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaxProcesses::Limit(n) => write!(f, "{n}"),
+            MaxProcesses::Waived(_) => f.write_str("unlimited"),
+        }
+    }
 }
 
 /// The child's environment, fully determined by the lease. `HOME` and
@@ -803,7 +845,18 @@ pub struct IsolationReport {
     pub landlock_readable: Vec<String>,
     pub network_namespace: bool,
     pub pid_namespace: bool,
-    /// How `max_processes` was enforced (`rlimit_nproc`, `pids_cgroup_v1`, …).
+    /// How `--no-network` was enforced: `network_namespace`,
+    /// `user_and_network_namespace` or `seccomp_socket_families` (absent
+    /// when the lease does not ask for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_mechanism: Option<String>,
+    /// How `--pid-namespace` was created: `pid_namespace` or
+    /// `user_and_pid_namespace` (absent when the lease does not ask for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_namespace_mechanism: Option<String>,
+    /// How `max_processes` was enforced (`pids_cgroup_v1`, `pids_cgroup_v2`,
+    /// `rlimit_nproc`, `enclosing_pids_max`, `waived`); `process_limit` of
+    /// the predicate has the detail.
     pub process_limit: String,
     /// Whether the child could have escaped that mechanism (a uid-0 child
     /// that can reach cgroupfs can move itself out of the pids cgroup).
@@ -823,6 +876,24 @@ pub struct IsolationReport {
     /// Read back from `/proc/<child>/status` right after exec, when the
     /// child was still there to read.
     pub kernel_view: Option<KernelView>,
+}
+
+/// How the lease's `max_processes` was enforced on this run.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessLimitReport {
+    /// `pids_cgroup_v1`, `pids_cgroup_v2` (a per-run group), `rlimit_nproc`
+    /// (counts every process of the child's uid), `enclosing_pids_max` (the
+    /// cgroup governed-exec runs in, e.g. `docker run --pids-limit`), or
+    /// `waived` (the lease says `unlimited`).
+    pub mechanism: String,
+    /// The number the kernel enforces (`None` when waived); for
+    /// `enclosing_pids_max` it bounds the enclosing group, governed-exec
+    /// included, and is no larger than the lease's.
+    pub enforced_limit: Option<u64>,
+    /// Plain words: where the limit lives and why this mechanism was chosen.
+    pub detail: String,
 }
 
 /// The child's credentials as the kernel reports them (fields verbatim).
@@ -927,6 +998,12 @@ pub struct ReceiptBody {
     pub resources: Resources,
     pub limits: Option<Limits>,
     pub isolation: Option<IsolationReport>,
+    /// How the child was created: `clone3`, `clone_pidfd` (clone3 missing or
+    /// filtered, e.g. Docker's default seccomp profile) or `fork_pidfd_open`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_limit: Option<ProcessLimitReport>,
     pub signing: Option<SigningReport>,
     /// SHA-256 of the journal's `executing` record this receipt closes.
     pub journal_record_sha256: Option<String>,

@@ -31,7 +31,7 @@ use crate::safe_io::WriteTarget;
 use crate::scratch::{self, Scratch};
 use crate::supervise::{self, Ending, RunResult, SuperviseError};
 use crate::sys::{ChildStep, SpawnSpec};
-use crate::{env, escape, exit_code, fault, isolation, lease, reach, receipt, sign};
+use crate::{env, escape, exit_code, fault, isolation, lease, process_limit, reach, receipt, sign};
 
 pub struct RunArgs {
     pub goal: PathBuf,
@@ -139,6 +139,8 @@ impl Draft {
             },
             limits: None,
             isolation: None,
+            spawn_path: None,
+            process_limit: None,
             signing: None,
             journal_record_sha256: None,
             runner_version: env!("CARGO_PKG_VERSION").into(),
@@ -692,25 +694,19 @@ fn execute(
         Ok(p) => p,
         Err(e) => return refuse_with_lease(&draft, session, Reason::IsolationUnavailable, e),
     };
-    let cgroups = RunCgroups::create(&attempt_id, body.limits.max_processes, sweep);
-    // RLIMIT_NPROC counts every process of the uid and does not bind root:
-    // a pids cgroup is the real limit; without one a root child's process
-    // limit cannot be enforced, which is a refusal, not a silent gap.
-    let use_nproc_rlimit = match cgroups.process_limit() {
-        Some(kind) => {
-            prepared.report.process_limit = kind.to_string();
-            prepared.report.process_limit_evadable =
-                cgroups.leavable_by(prepared.report.uid, prepared.mounts.is_some());
-            false
-        }
-        None if prepared.report.uid == 0 => {
-            return refuse_with_lease(&draft, session, Reason::IsolationUnavailable, format!(
-                "max_processes ({}) cannot be enforced: the child runs as root, which RLIMIT_NPROC does not bind, and no pids cgroup could be created here",
-                body.limits.max_processes
-            ))
-        }
-        None => true,
-    };
+    let cgroups = RunCgroups::create(&attempt_id, body.limits.max_processes.limit(), sweep);
+    let process_limit =
+        match process_limit::choose(body.limits.max_processes, prepared.report.uid, &cgroups) {
+            Ok(p) => p,
+            Err(e) => return refuse_with_lease(&draft, session, Reason::IsolationUnavailable, e),
+        };
+    prepared.report.process_limit = process_limit.report.mechanism.clone();
+    prepared.report.process_limit_evadable = process_limit::evadable(
+        &process_limit.report.mechanism,
+        prepared.report.uid,
+        prepared.mounts.is_some(),
+        &cgroups,
+    );
 
     // Everything the child needs, built before the use is spent.
     let child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);
@@ -740,8 +736,8 @@ fn execute(
         (libc::RLIMIT_FSIZE, l.max_file_size_bytes),
         (libc::RLIMIT_CORE, 0),
     ];
-    if use_nproc_rlimit {
-        rlimits.push((libc::RLIMIT_NPROC, l.max_processes));
+    if let Some(n) = process_limit.rlimit_nproc {
+        rlimits.push((libc::RLIMIT_NPROC, n));
     }
     // The sealed copy that was hashed is what runs; it must not become a way
     // to execute a file the kernel would refuse (a `noexec` mount).
@@ -830,6 +826,8 @@ fn execute(
         landlock_guard_fd: prepared.landlock_guard_fd.as_ref().map(|f| f.as_raw_fd()),
         cgroup_v1_tasks_fd: cgroups.v1_tasks_fd(),
         cgroup_v2_dir_fd: cgroups.v2_dir_fd(),
+        cgroup_v2_procs_fd: cgroups.v2_procs_fd(),
+        seccomp: prepared.seccomp.as_ref(),
         new_pid_namespace: body.isolation.pid_namespace,
         mounts: prepared.mounts.as_ref(),
         root_caps_keep: prepared.root_caps_keep,
@@ -856,6 +854,7 @@ fn execute(
     receipt_body.cwd = Some(admitted.cwd.identity.clone());
     receipt_body.limits = Some(*l);
     receipt_body.isolation = Some(prepared.report.clone());
+    receipt_body.process_limit = Some(process_limit.report.clone());
     receipt_body.signing = Some(signing_report(&key, &key_path, &prepared));
     receipt_body.journal_record_sha256 = Some(executing_digest);
     match result {
@@ -869,7 +868,12 @@ fn execute(
         Err(e @ SuperviseError::AfterStart(_)) => {
             receipt_body.outcome = unknown(Reason::CleanupUnconfirmed, e.to_string());
         }
-        Ok(RunResult::NotExecuted { step, errno }) => {
+        Ok(RunResult::NotExecuted {
+            step,
+            errno,
+            spawn_path,
+        }) => {
+            receipt_body.spawn_path = Some(spawn_path.as_str().into());
             let err = std::io::Error::from_raw_os_error(errno);
             let msg = if step == ChildStep::Exec {
                 format!(
@@ -886,6 +890,7 @@ fn execute(
         Ok(RunResult::Ran(s)) => {
             fault::point("after_reap");
             receipt_body.outcome = classify(&s);
+            receipt_body.spawn_path = Some(s.spawn_path.as_str().into());
             receipt_body.cleanup = s.cleanup.clone();
             let (witness, evadable, why) = cleanup_witness(&prepared, &cgroups);
             receipt_body.cleanup.witness = witness;

@@ -35,7 +35,7 @@ use nix::unistd::Pid;
 use crate::capture::StreamCapture;
 use crate::cgroup::RunCgroups;
 use crate::model::{Cleanup, CleanupState, KernelView, Limits, Resources, StreamRecord};
-use crate::sys::{self, ChildStep, SpawnSpec, Spawned};
+use crate::sys::{self, ChildStep, SpawnPath, SpawnSpec, Spawned};
 
 /// How long cleanup may take to observe every process gone before the
 /// outcome becomes `unknown`.
@@ -79,10 +79,15 @@ pub struct Supervised {
     pub started: SystemTime,
     pub ended: SystemTime,
     pub kernel_view: Option<KernelView>,
+    pub spawn_path: SpawnPath,
 }
 
 pub enum RunResult {
-    NotExecuted { step: ChildStep, errno: i32 },
+    NotExecuted {
+        step: ChildStep,
+        errno: i32,
+        spawn_path: SpawnPath,
+    },
     Ran(Box<Supervised>),
 }
 
@@ -238,11 +243,16 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
             std::io::Error::from_raw_os_error(libc::ENOSYS),
         ));
     }
-    let pid = match sys::spawn(&spec).map_err(SuperviseError::NotStarted)? {
-        Spawned::Failed { step, errno } => return Ok(RunResult::NotExecuted { step, errno }),
-        Spawned::Running { pid, pidfd } => (pid, pidfd),
+    let (pid, pidfd, spawn_path) = match sys::spawn(&spec).map_err(SuperviseError::NotStarted)? {
+        Spawned::Failed { step, errno, path } => {
+            return Ok(RunResult::NotExecuted {
+                step,
+                errno,
+                spawn_path: path,
+            })
+        }
+        Spawned::Running { pid, pidfd, path } => (pid, pidfd, path),
     };
-    let (pid, pidfd) = pid;
     drop(out_w);
     drop(err_w);
     let main = Pid::from_raw(pid);
@@ -356,6 +366,7 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         started,
         ended: SystemTime::now(),
         kernel_view,
+        spawn_path,
     })))
 }
 

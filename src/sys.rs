@@ -193,6 +193,21 @@ pub fn set_non_dumpable() -> io::Result<()> {
     cvt(r as libc::c_long).map(|_| ())
 }
 
+/// Whether this process is dumpable (`PR_GET_DUMPABLE`).
+pub fn is_dumpable() -> bool {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1 }
+}
+
+/// Make this process dumpable again. A non-dumpable process's `/proc/self`
+/// files belong to root, so an unprivileged runner must be dumpable for the
+/// moment it writes its own `uid_map`/`gid_map` (no child exists yet then).
+pub fn set_dumpable() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
+    cvt(r as libc::c_long).map(|_| ())
+}
+
 /// What a uid-0 child does in its own mount namespace before exec, so that
 /// nothing it can still do reaches the runner's key, state dir or cgroups.
 /// All strings and fds are prepared by the parent.
@@ -267,6 +282,12 @@ pub struct SpawnSpec<'a> {
     pub cgroup_v1_tasks_fd: Option<RawFd>,
     /// A cgroup v2 directory the child is born in (`CLONE_INTO_CGROUP`).
     pub cgroup_v2_dir_fd: Option<RawFd>,
+    /// That directory's `cgroup.procs`, which the child writes `0` into
+    /// before exec when `clone3` (and so `CLONE_INTO_CGROUP`) is unavailable.
+    pub cgroup_v2_procs_fd: Option<RawFd>,
+    /// A seccomp filter installed last before exec (`--no-network` where no
+    /// network namespace can be made).
+    pub seccomp: Option<&'a SocketFilter>,
     /// The child is PID 1 of a new PID namespace: its parent is outside it
     /// and `getppid()` reads 0 there.
     pub new_pid_namespace: bool,
@@ -290,6 +311,7 @@ pub enum ChildStep {
     Credentials,
     NoNewPrivs,
     Landlock,
+    Seccomp,
     Stdio,
     CloseFds,
     Exec,
@@ -309,6 +331,7 @@ impl ChildStep {
             Credentials,
             NoNewPrivs,
             Landlock,
+            Seccomp,
             Stdio,
             CloseFds,
             Exec,
@@ -337,13 +360,72 @@ struct CloneArgs {
     cgroup: u64,
 }
 
+/// How the child was created. `clone3` is the first choice (a pidfd and
+/// the v2 cgroup placement in one atomic step); where it is missing or
+/// filtered — Docker's default seccomp profile answers it with ENOSYS —
+/// `clone` with `CLONE_PIDFD` still hands back a pidfd from birth, and the
+/// child joins the v2 group itself before exec; on a kernel without
+/// `CLONE_PIDFD` the pid of our own unreaped child is pinned, so a
+/// `pidfd_open` right after `fork` names exactly that child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpawnPath {
+    Clone3,
+    ClonePidfd,
+    ForkPidfdOpen,
+}
+
+impl SpawnPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpawnPath::Clone3 => "clone3",
+            SpawnPath::ClonePidfd => "clone_pidfd",
+            SpawnPath::ForkPidfdOpen => "fork_pidfd_open",
+        }
+    }
+}
+
 /// Result of [`spawn`].
 pub enum Spawned {
     /// The child reached `execveat` successfully.
-    Running { pid: libc::pid_t, pidfd: OwnedFd },
+    Running {
+        pid: libc::pid_t,
+        pidfd: OwnedFd,
+        path: SpawnPath,
+    },
     /// A setup step or the exec itself failed; the child has already exited
     /// and been reaped. No program of the request ran.
-    Failed { step: ChildStep, errno: i32 },
+    Failed {
+        step: ChildStep,
+        errno: i32,
+        path: SpawnPath,
+    },
+}
+
+/// Errors of `clone3` that mean "not this way here" rather than "not at
+/// all": missing (ENOSYS), filtered (EPERM, ENOSYS), or a kernel that knows
+/// clone3 but not `CLONE_INTO_CGROUP` (EINVAL, E2BIG). A real failure of
+/// the same request fails again on the fallback, with its own errno.
+fn clone3_unusable(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::ENOSYS | libc::EPERM | libc::EINVAL | libc::E2BIG
+    )
+}
+
+/// Probe `clone3` without creating anything: a null argument of size 0 is
+/// EINVAL from a kernel that implements it, and ENOSYS/EPERM from a kernel
+/// or seccomp filter that does not let it through. `Ok` means `spawn`
+/// starts with clone3; `Err(errno)` means it will fall back.
+pub fn clone3_probe() -> Result<(), i32> {
+    // SAFETY: a null pointer with size 0 is rejected by the kernel before
+    // anything is read or created; no process results from this call.
+    let r = unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<CloneArgs>(), 0usize) };
+    let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    if r < 0 && errno == libc::EINVAL {
+        Ok(())
+    } else {
+        Err(errno)
+    }
 }
 
 /// Fork the governed child and exec the verified executable through its fd.
@@ -357,6 +439,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     let landlock = spec.landlock_ruleset_fd.map(dup_high).transpose()?;
     let landlock_guard = spec.landlock_guard_fd.map(dup_high).transpose()?;
     let cgroup_tasks = spec.cgroup_v1_tasks_fd.map(dup_high).transpose()?;
+    let cgroup_procs = spec.cgroup_v2_procs_fd.map(dup_high).transpose()?;
     let (err_r, err_w_low) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let err_w = dup_high(err_w_low.as_raw_fd())?;
     // Only the child may hold a write end, or EOF would never come.
@@ -365,7 +448,11 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = spec.envp.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
-    let child = ChildPlan {
+    let seccomp_prog = spec.seccomp.map(|f| libc::sock_fprog {
+        len: f.prog.len() as libc::c_ushort,
+        filter: f.prog.as_ptr() as *mut libc::sock_filter,
+    });
+    let mut child = ChildPlan {
         exe: exe.as_raw_fd(),
         exe_is_script: spec.exe_is_script,
         cwd: cwd.as_raw_fd(),
@@ -387,6 +474,11 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         cgroup_tasks: cgroup_tasks.as_ref().map_or(-1, |f| f.as_raw_fd()),
         mounts: spec.mounts,
         root_caps_keep: spec.root_caps_keep,
+        seccomp: seccomp_prog
+            .as_ref()
+            .map_or(std::ptr::null(), |p| p as *const _),
+        // Set only when the child must join the v2 group itself.
+        cgroup_procs: -1,
         parent: if spec.new_pid_namespace {
             0
         } else {
@@ -394,11 +486,50 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
             unsafe { libc::getpid() }
         },
     };
+    let ns_flags = if spec.new_pid_namespace {
+        libc::CLONE_NEWPID as u64
+    } else {
+        0
+    };
 
-    let mut flags = CLONE_PIDFD;
-    if spec.new_pid_namespace {
-        flags |= libc::CLONE_NEWPID as u64;
+    let (pid, pidfd, path) = match clone3_fork(spec, ns_flags, &child) {
+        Ok((pid, pidfd)) => (pid, pidfd, SpawnPath::Clone3),
+        Err(e) if clone3_unusable(e.raw_os_error().unwrap_or(0)) => {
+            child.cgroup_procs = cgroup_procs.as_ref().map_or(-1, |f| f.as_raw_fd());
+            match clone_pidfd_fork(ns_flags, &child) {
+                Ok((pid, pidfd)) => (pid, pidfd, SpawnPath::ClonePidfd),
+                // A kernel before CLONE_PIDFD (5.2) rejects the flag.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    let (pid, pidfd) = fork_then_pidfd_open(ns_flags, &child)?;
+                    (pid, pidfd, SpawnPath::ForkPidfdOpen)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    drop(err_w);
+    crate::fault::point("after_fork");
+    let mut report = [0u8; 5];
+    let n = read_full(err_r.as_raw_fd(), &mut report)?;
+    if n == 0 {
+        return Ok(Spawned::Running { pid, pidfd, path });
     }
+    // The child failed before or at exec and has exited: reap it now.
+    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+    let step = ChildStep::from_u8(report[0]).unwrap_or(ChildStep::Exec);
+    let errno = i32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
+    Ok(Spawned::Failed { step, errno, path })
+}
+
+/// The first choice: `clone3` with a pidfd, the new PID namespace if asked,
+/// and `CLONE_INTO_CGROUP` when there is a v2 group.
+fn clone3_fork(
+    spec: &SpawnSpec<'_>,
+    ns_flags: u64,
+    child: &ChildPlan<'_>,
+) -> io::Result<(libc::pid_t, OwnedFd)> {
+    let mut flags = CLONE_PIDFD | ns_flags;
     if spec.cgroup_v2_dir_fd.is_some() {
         flags |= CLONE_INTO_CGROUP;
     }
@@ -436,22 +567,80 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     }
     if pid == 0 {
         // SAFETY: we are the freshly forked child; see `child_main`.
-        unsafe { child_main(&child) }
+        unsafe { child_main(child) }
     }
-    drop(err_w);
-    crate::fault::point("after_fork");
     // SAFETY: with CLONE_PIDFD the kernel stored a new fd that only we own.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd_out) };
-    let mut report = [0u8; 5];
-    let n = read_full(err_r.as_raw_fd(), &mut report)?;
-    if n == 0 {
-        return Ok(Spawned::Running { pid, pidfd });
+    Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd_out) }))
+}
+
+/// The fallback: legacy `clone` with `CLONE_PIDFD`, which also returns the
+/// pidfd atomically with the child's birth. No `CLONE_INTO_CGROUP` here:
+/// the child joins the v2 group itself (`ChildPlan::cgroup_procs`).
+fn clone_pidfd_fork(ns_flags: u64, child: &ChildPlan<'_>) -> io::Result<(libc::pid_t, OwnedFd)> {
+    let mut pidfd_out: libc::c_int = -1;
+    let flags = CLONE_PIDFD | ns_flags | libc::SIGCHLD as u64;
+    // SAFETY: the raw clone syscall with a null stack behaves like fork (the
+    // child runs on a copy of our stack); with CLONE_PIDFD the kernel writes
+    // the pidfd through the parent_tid pointer, which points at a live local.
+    // The argument order (flags, stack, parent_tid, child_tid, tls) is the
+    // x86_64/aarch64 one. The child only runs `child_main`.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags,
+            std::ptr::null_mut::<libc::c_void>(),
+            &mut pidfd_out as *mut libc::c_int,
+            std::ptr::null_mut::<libc::c_int>(),
+            0usize,
+        )
+    } as libc::pid_t;
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
     }
-    // The child failed before or at exec and has exited: reap it now.
-    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-    let step = ChildStep::from_u8(report[0]).unwrap_or(ChildStep::Exec);
-    let errno = i32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
-    Ok(Spawned::Failed { step, errno })
+    if pid == 0 {
+        // SAFETY: we are the freshly forked child; see `child_main`.
+        unsafe { child_main(child) }
+    }
+    // SAFETY: with CLONE_PIDFD the kernel stored a new fd that only we own.
+    Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd_out) }))
+}
+
+/// The last resort: `clone` without `CLONE_PIDFD`, then `pidfd_open`. Our
+/// own child's pid cannot be reused before we reap it, so the pidfd names
+/// exactly the child we made.
+fn fork_then_pidfd_open(
+    ns_flags: u64,
+    child: &ChildPlan<'_>,
+) -> io::Result<(libc::pid_t, OwnedFd)> {
+    let flags = ns_flags | libc::SIGCHLD as u64;
+    // SAFETY: as in `clone_pidfd_fork`, without the pidfd pointer.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            0usize,
+        )
+    } as libc::pid_t;
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: we are the freshly forked child; see `child_main`.
+        unsafe { child_main(child) }
+    }
+    match pidfd_open(pid) {
+        Ok(fd) => Ok((pid, fd)),
+        Err(e) => {
+            // No handle, no supervision: take the child down now.
+            // SAFETY: kill with integer arguments on our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            Err(e)
+        }
+    }
 }
 
 /// Try `plan` in a throwaway child (fork, set up the mount namespace, exit),
@@ -527,6 +716,8 @@ struct ChildPlan<'a> {
     cgroup_tasks: RawFd,
     mounts: Option<&'a MountPlan>,
     root_caps_keep: Option<u64>,
+    seccomp: *const libc::sock_fprog,
+    cgroup_procs: RawFd,
     parent: libc::pid_t,
 }
 
@@ -591,6 +782,10 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         if p.cgroup_tasks >= 0 && libc::write(p.cgroup_tasks, c"0".as_ptr().cast(), 1) != 1 {
             child_fail(p.err_w, ChildStep::Cgroup);
         }
+        // Without CLONE_INTO_CGROUP: join the v2 group before anything else.
+        if p.cgroup_procs >= 0 && libc::write(p.cgroup_procs, c"0".as_ptr().cast(), 1) != 1 {
+            child_fail(p.err_w, ChildStep::Cgroup);
+        }
         if libc::setsid() < 0 {
             child_fail(p.err_w, ChildStep::Setsid);
         }
@@ -635,6 +830,11 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0) < 0 {
                 child_fail(p.err_w, ChildStep::Landlock);
             }
+        }
+        if !p.seccomp.is_null()
+            && libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, p.seccomp) < 0
+        {
+            child_fail(p.err_w, ChildStep::Seccomp);
         }
         for (target, &fd) in p.stdio.iter().enumerate() {
             if libc::dup2(fd, target as RawFd) < 0 {
@@ -982,6 +1182,7 @@ impl std::fmt::Display for ChildStep {
             ChildStep::Credentials => "switch uid/gid and drop capabilities",
             ChildStep::NoNewPrivs => "set no_new_privs",
             ChildStep::Landlock => "apply the Landlock ruleset",
+            ChildStep::Seccomp => "install the seccomp socket filter",
             ChildStep::Stdio => "set up stdio",
             ChildStep::CloseFds => "close inherited fds",
             ChildStep::Exec => "execveat",
@@ -1066,4 +1267,267 @@ pub fn seals(fd: &OwnedFd) -> io::Result<libc::c_int> {
         fd.as_raw_fd(),
         nix::fcntl::FcntlArg::F_GET_SEALS,
     )?)
+}
+
+// ---------------------------------------------------------------- seccomp
+
+const SECCOMP_SET_MODE_FILTER: libc::c_uint = 1;
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JEQ_K: u16 = 0x15;
+const BPF_JGE_K: u16 = 0x35;
+const BPF_RET_K: u16 = 0x06;
+/// Offsets in `struct seccomp_data`: nr, arch, args[0] (its low 32 bits on
+/// a little-endian machine).
+const SD_NR: u32 = 0;
+const SD_ARCH: u32 = 4;
+const SD_ARG0_LO: u32 = 16;
+
+/// The socket families `--no-network` keeps when it is enforced by seccomp:
+/// `AF_UNIX` (local by construction) and `AF_NETLINK` (a channel to this
+/// kernel; glibc's resolver and `ip` use it, and it carries no packet off
+/// the machine). Everything else is denied at `socket`/`socketpair`:
+/// `AF_INET`/`AF_INET6` too, because a filter cannot read the address a
+/// socket will connect to, so it cannot tell 127.0.0.1 from the world — and
+/// without a network namespace 127.0.0.1 is the *host's* loopback, which a
+/// network namespace would have hidden. `AF_PACKET`, `AF_VSOCK` (the
+/// hypervisor), `AF_BLUETOOTH`, … are denied as well.
+pub const SECCOMP_ALLOWED_FAMILIES: &[(&str, u32)] = &[
+    ("AF_UNIX", libc::AF_UNIX as u32),
+    ("AF_NETLINK", libc::AF_NETLINK as u32),
+];
+
+/// A compiled classic-BPF seccomp program (see [`SocketFilter::no_network`]).
+pub struct SocketFilter {
+    prog: Vec<libc::sock_filter>,
+}
+
+#[derive(Clone, Copy)]
+enum Bpf {
+    Ld(u32),
+    Jeq(u32, usize, usize),
+    Jge(u32, usize, usize),
+    Ret(u32),
+    Label(usize),
+}
+
+/// Resolve label jumps of a tiny straight-line program into relative ones.
+fn assemble(code: &[Bpf]) -> Option<Vec<libc::sock_filter>> {
+    let mut at = std::collections::HashMap::new();
+    let mut n = 0usize;
+    for ins in code {
+        match ins {
+            Bpf::Label(l) => {
+                at.insert(*l, n);
+            }
+            _ => n += 1,
+        }
+    }
+    let mut out = Vec::with_capacity(n);
+    let rel = |from: usize, to: usize| -> Option<u8> {
+        u8::try_from(at.get(&to)?.checked_sub(from + 1)?).ok()
+    };
+    for ins in code {
+        let i = out.len();
+        let f = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+        match *ins {
+            Bpf::Label(_) => continue,
+            Bpf::Ld(off) => out.push(f(BPF_LD_W_ABS, 0, 0, off)),
+            Bpf::Ret(k) => out.push(f(BPF_RET_K, 0, 0, k)),
+            Bpf::Jeq(k, t, e) => out.push(f(BPF_JEQ_K, rel(i, t)?, rel(i, e)?, k)),
+            Bpf::Jge(k, t, e) => out.push(f(BPF_JGE_K, rel(i, t)?, rel(i, e)?, k)),
+        }
+    }
+    Some(out)
+}
+
+impl SocketFilter {
+    /// The `--no-network` filter: `socket`/`socketpair` only for the
+    /// families in [`SECCOMP_ALLOWED_FAMILIES`] (others get EAFNOSUPPORT);
+    /// `io_uring_setup` is ENOSYS (io_uring can create sockets past this
+    /// filter); on x86_64 the x32 ABI is refused and the i386 ABI gets the
+    /// same family check (its `socketcall` multiplexer, whose arguments a
+    /// filter cannot read, is refused). `None` on an architecture this
+    /// filter is not written for.
+    pub fn no_network() -> Option<SocketFilter> {
+        use Bpf::*;
+        #[cfg(target_arch = "x86_64")]
+        let (native, socket, socketpair, uring) = (0xc000_003e_u32, 41u32, 53u32, 425u32);
+        #[cfg(target_arch = "aarch64")]
+        let (native, socket, socketpair, uring) = (0xc000_00b7_u32, 198u32, 199u32, 425u32);
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        return None;
+        let (l_native, l_family, l_foreign, l_allow, l_afno, l_nosys, l_perm) =
+            (1, 2, 3, 4, 5, 6, 7);
+        let l_family32 = 8;
+        let (n1, n2, n3, n4, n5, n6, n7) = (10, 11, 12, 13, 14, 15, 16);
+        // Classic BPF only jumps forward, so each ABI gets its own copy of
+        // the family check.
+        let family_check = |label: usize, base: usize| {
+            let mut v = vec![Label(label), Ld(SD_ARG0_LO)];
+            for (i, (_, fam)) in SECCOMP_ALLOWED_FAMILIES.iter().enumerate() {
+                v.extend([Jeq(*fam, l_allow, base + i), Label(base + i)]);
+            }
+            v.push(Ret(SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32));
+            v
+        };
+        let mut code = vec![
+            Ld(SD_ARCH),
+            Jeq(native, l_native, l_foreign),
+            Label(l_native),
+            Ld(SD_NR),
+        ];
+        if cfg!(target_arch = "x86_64") {
+            // x32 syscalls carry bit 30.
+            code.extend([Jge(0x4000_0000, l_perm, n1), Label(n1)]);
+        }
+        code.extend([
+            Jeq(socket, l_family, n2),
+            Label(n2),
+            Jeq(socketpair, l_family, n3),
+            Label(n3),
+            Jeq(uring, l_nosys, l_allow),
+        ]);
+        code.extend(family_check(l_family, 100));
+        code.push(Label(l_foreign));
+        if cfg!(target_arch = "x86_64") {
+            // i386: socketcall 102, socket 359, socketpair 360, io_uring_setup 425.
+            code.extend([
+                Jeq(0x4000_0003, n4, l_perm),
+                Label(n4),
+                Ld(SD_NR),
+                Jeq(102, l_afno, n5),
+                Label(n5),
+                Jeq(359, l_family32, n6),
+                Label(n6),
+                Jeq(360, l_family32, n7),
+                Label(n7),
+                Jeq(425, l_nosys, l_allow),
+            ]);
+            code.extend(family_check(l_family32, 200));
+        } else {
+            code.push(Ret(SECCOMP_RET_ERRNO | libc::EPERM as u32));
+        }
+        code.extend([
+            Label(l_allow),
+            Ret(SECCOMP_RET_ALLOW),
+            Label(l_afno),
+            Ret(SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32),
+            Label(l_nosys),
+            Ret(SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+            Label(l_perm),
+            Ret(SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        ]);
+        assemble(&code).map(|prog| SocketFilter { prog })
+    }
+
+    /// Check, in a throw-away child, that this kernel accepts the filter
+    /// and that it does what it says: an `AF_INET` socket is refused and an
+    /// `AF_UNIX` one is not. Run before the use is spent, so a kernel that
+    /// cannot enforce it is a refusal, never a failed spawn.
+    pub fn check(&self) -> Result<(), String> {
+        let prog = libc::sock_fprog {
+            len: self.prog.len() as libc::c_ushort,
+            filter: self.prog.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: fork; the child makes only raw async-signal-safe syscalls
+        // on stack values and memory prepared before the fork, then _exit.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(format!("fork: {}", io::Error::last_os_error()));
+        }
+        if pid == 0 {
+            // SAFETY: the child of fork, see above.
+            unsafe {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                    libc::_exit(10);
+                }
+                if libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0 {
+                    libc::_exit(11 + (*libc::__errno_location() as i32).min(100));
+                }
+                let inet = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+                if inet >= 0 || *libc::__errno_location() != libc::EAFNOSUPPORT {
+                    libc::_exit(120);
+                }
+                let unix = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+                libc::_exit(if unix >= 0 { 0 } else { 121 })
+            }
+        }
+        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 10)) => {
+                Err("prctl(PR_SET_NO_NEW_PRIVS) failed".into())
+            }
+            Ok(nix::sys::wait::WaitStatus::Exited(_, c)) if (11..=111).contains(&c) => {
+                Err(format!(
+                    "seccomp(SECCOMP_SET_MODE_FILTER): {}",
+                    io::Error::from_raw_os_error(c - 11)
+                ))
+            }
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 120)) => {
+                Err("the filter did not refuse an AF_INET socket".into())
+            }
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 121)) => {
+                Err("the filter refused an AF_UNIX socket".into())
+            }
+            other => Err(format!("the probe child ended unexpectedly: {other:?}")),
+        }
+    }
+}
+
+/// Whether this process is single-threaded (`Threads:` in its status).
+pub fn single_threaded() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .map(|v| v.trim() == "1")
+        })
+        .unwrap_or(false)
+}
+
+/// Run `probe` in a forked child and return the line it produced. Used by
+/// `doctor` to try what `run` would do (enter namespaces, …) without
+/// changing itself. Refused unless this process is single-threaded, which
+/// is what makes ordinary code (allocation included) safe after `fork`.
+pub fn probe_in_child(probe: impl FnOnce() -> Result<String, String>) -> Result<String, String> {
+    if !single_threaded() {
+        return Err("internal: probe_in_child needs a single-threaded process".into());
+    }
+    let (r, w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    // SAFETY: this process is single-threaded (checked above), so the child
+    // is a complete copy with no lock held by a vanished thread; it runs
+    // `probe`, writes one line and `_exit`s without running destructors.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        drop(r);
+        let (code, line) = match probe() {
+            Ok(l) => (0, l),
+            Err(l) => (1, l),
+        };
+        let _ = nix::unistd::write(&w, line.as_bytes());
+        // SAFETY: leave the child without unwinding or atexit handlers.
+        unsafe { libc::_exit(code) }
+    }
+    drop(w);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n) = nix::unistd::read(r.as_raw_fd(), &mut chunk) {
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let line = String::from_utf8_lossy(&buf).to_string();
+    match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(line),
+        Ok(nix::sys::wait::WaitStatus::Exited(_, _)) => Err(line),
+        other => Err(format!("the probe child ended unexpectedly: {other:?}")),
+    }
 }

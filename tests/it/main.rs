@@ -7,6 +7,8 @@ mod support;
 
 mod ci_flow;
 mod ci_summary;
+mod containers;
+mod docker;
 mod examples;
 mod fuzz_regressions;
 mod hardening;

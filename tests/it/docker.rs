@@ -1,0 +1,483 @@
+//! Against a real Docker engine (CONTRACT §7, §6.8; issue 11): Docker's
+//! default seccomp profile (clone3 → ENOSYS), capabilities (no
+//! CAP_SYS_ADMIN) and cgroup mounts (read-only), `--pids-limit`, `docker
+//! stop`, governed-exec as PID 1, `--user 1000`.
+//!
+//! The image is built once per test binary run, `FROM scratch` with the
+//! static binary (built by scripts/check-dockerfile.sh from exactly the
+//! files the shipped Dockerfile copies) and Debian's `busybox-static`;
+//! nothing is pulled. Each test runs one container whose shell approves
+//! (identities are per container: the image's files get a new device in
+//! every container) and then `exec`s governed-exec, which becomes PID 1.
+//! Without a daemon every test says SKIP loudly; tests/it/containers.rs
+//! covers the same logic by simulation.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+static IMAGE: OnceLock<Result<String, String>> = OnceLock::new();
+
+fn docker(args: &[&str]) -> Output {
+    Command::new("docker")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run docker")
+}
+
+fn busybox() -> Option<PathBuf> {
+    ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| {
+            // Only the static build runs in a FROM-scratch image.
+            Command::new("file")
+                .arg(p)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).contains("statically linked"))
+                .unwrap_or(p.exists())
+        })
+}
+
+fn build_image() -> Result<String, String> {
+    let v = Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output()
+        .map_err(|e| format!("no docker client: {e}"))?;
+    if !v.status.success() {
+        return Err(format!(
+            "no Docker daemon reachable: {}",
+            String::from_utf8_lossy(&v.stderr).trim()
+        ));
+    }
+    let bb = busybox().ok_or("busybox-static is not installed (apt-get install busybox-static)")?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The static binary the shipped Dockerfile's build stage makes, built
+    // from exactly the files it copies (a no-op when CI's check just did).
+    let built = Command::new("bash")
+        .arg(root.join("scripts/check-dockerfile.sh"))
+        .arg("binary")
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("scripts/check-dockerfile.sh: {e}"))?;
+    if !built.status.success() {
+        return Err("scripts/check-dockerfile.sh binary failed".into());
+    }
+    // Images of earlier runs (an hour old, no container using them).
+    let _ = docker(&[
+        "image",
+        "prune",
+        "-a",
+        "-f",
+        "--filter",
+        "label=governed-exec-test=1",
+        "--filter",
+        "until=1h",
+    ]);
+    let bin = String::from_utf8_lossy(&built.stdout).trim().to_string();
+    let ctx = tempfile::tempdir().map_err(|e| e.to_string())?;
+    std::fs::copy(&bin, ctx.path().join("governed-exec")).map_err(|e| format!("{bin}: {e}"))?;
+    std::fs::copy(&bb, ctx.path().join("busybox")).map_err(|e| e.to_string())?;
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        "FROM scratch\n\
+         COPY busybox /bin/busybox\n\
+         RUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\n\
+         RUN [\"/bin/busybox\", \"sh\", \"-c\", \"mkdir -p /tmp /work /var/lib/governed-exec /usr/local/bin && chmod 1777 /tmp\"]\n\
+         COPY governed-exec /usr/local/bin/governed-exec\n\
+         ENV PATH=/usr/local/bin:/bin GOVERNED_EXEC_STATE_DIR=/var/lib/governed-exec\n\
+         VOLUME [\"/var/lib/governed-exec\"]\n\
+         ENTRYPOINT [\"/usr/local/bin/governed-exec\"]\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let tag = format!("governed-exec-test:{}-{nanos}", std::process::id());
+    let o = docker(&[
+        "build",
+        "-q",
+        "--label",
+        "governed-exec-test=1",
+        "-t",
+        &tag,
+        ctx.path().to_str().unwrap(),
+    ]);
+    if !o.status.success() {
+        return Err(format!(
+            "docker build: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
+    }
+    Ok(tag)
+}
+
+/// The test image's tag, or SKIP with the reason.
+macro_rules! require_docker {
+    ($name:expr) => {
+        match IMAGE.get_or_init(build_image) {
+            Ok(tag) => tag.clone(),
+            Err(why) => {
+                skip!("{}: {why}", $name);
+                return;
+            }
+        }
+    };
+}
+
+/// A host directory mounted at /work (goal, approver key, workspace, state).
+struct Volume {
+    dir: tempfile::TempDir,
+    image: String,
+}
+
+const GOAL: &str = r#"{ "schema": "governed-exec/goal/v1", "id": "docker", "revision": 1,
+  "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#;
+
+impl Volume {
+    fn new(image: &str) -> Volume {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("ws")).expect("ws");
+        std::fs::create_dir(dir.path().join("state")).expect("state");
+        std::fs::write(dir.path().join("goal.json"), GOAL).expect("goal");
+        let o = output(
+            cmd()
+                .arg("keygen")
+                .arg("--out")
+                .arg(dir.path().join("approver")),
+        );
+        assert!(o.status.success());
+        // `--user 1000` must be able to write the workspace and state.
+        for p in [
+            dir.path().to_path_buf(),
+            dir.path().join("ws"),
+            dir.path().join("state"),
+        ] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        }
+        std::fs::set_permissions(
+            dir.path().join("approver.key"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .expect("chmod");
+        Volume {
+            dir,
+            image: image.to_string(),
+        }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// `docker run` flags + a shell script ending in `exec governed-exec …`.
+    fn args(&self, flags: &[&str], script: &str) -> Vec<String> {
+        let mut a: Vec<String> = ["run", "--rm", "-v"].map(String::from).to_vec();
+        a.push(format!("{}:/work", self.dir.path().display()));
+        a.extend(flags.iter().map(|s| s.to_string()));
+        a.extend(["--entrypoint", "/bin/sh", &self.image, "-c", script].map(String::from));
+        a
+    }
+
+    fn run(&self, flags: &[&str], script: &str) -> Output {
+        let a = self.args(flags, script);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        docker(&refs)
+    }
+
+    fn receipt(&self, name: &str) -> Value {
+        let bytes = std::fs::read(self.path(name))
+            .unwrap_or_else(|e| panic!("receipt {name} on the volume: {e}"));
+        decode_envelope(&bytes)
+    }
+
+    /// `verify` inside a container, against the receipt on the volume.
+    fn verify(&self, receipt: &str) -> (i32, String) {
+        let o = self.run(
+            &[],
+            &format!("exec governed-exec verify --goal /work/goal.json --receipt /work/{receipt} --trust /work/state/runner.pub --state-dir /work/state"),
+        );
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+        )
+    }
+}
+
+const APPROVE: &str = "governed-exec approve --goal /work/goal.json --workspace /work/ws --manifest /work/manifest.json --key /work/approver.key";
+const RUN: &str = "governed-exec run --goal /work/goal.json --manifest /work/manifest.json --trust /work/approver.pub --state-dir /work/state";
+
+fn text(o: &Output) -> String {
+    format!(
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn default_docker_run_runs_an_approved_command_and_the_receipt_verifies() {
+    let image =
+        require_docker!("default_docker_run_runs_an_approved_command_and_the_receipt_verifies");
+    let b = Volume::new(&image);
+    // A default lease (max_processes 1024) for a root child: under Docker's
+    // defaults no mechanism can bound it, so it is refused with the way out.
+    // The lease a container needs (--as-user: RLIMIT_NPROC binds the child,
+    // and the root-owned key is out of its reach) runs as PID 1 and verifies.
+    let work = "echo pid=$$ ppid=$PPID uid=$(id -u); echo hello from docker > out.txt; cat out.txt";
+    let script = format!(
+        "{APPROVE} -- sh -c 'echo refused' 2>/dev/null && \
+         {RUN} --receipt /work/refused.json -- sh -c 'echo refused'; echo refused_exit=$? > /work/refused.code; \
+         {APPROVE} --as-user 1000 -- sh -c '{work}' 2>/dev/null && \
+         exec {RUN} --receipt /work/receipt.json -- sh -c '{work}'"
+    );
+    let o = b.run(&[], &script);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    let refused = std::fs::read_to_string(b.path("refused.code")).unwrap();
+    assert_eq!(refused.trim(), "refused_exit=125");
+    let r = b.receipt("refused.json");
+    assert_eq!(r["predicate"]["outcome"]["reason"], "isolation_unavailable");
+    let msg = r["predicate"]["outcome"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("--pids-limit") && msg.contains("unlimited"),
+        "{msg}"
+    );
+    let journal: String = std::fs::read_dir(b.path("state/journal"))
+        .unwrap()
+        .flatten()
+        .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
+        .collect();
+    assert_eq!(
+        journal.matches("\"kind\":\"executing\"").count(),
+        1,
+        "the refusal spent a use: {journal}"
+    );
+
+    let s = b.receipt("receipt.json");
+    let p = &s["predicate"];
+    assert_eq!(p["outcome"]["class"], "exited", "{p}");
+    // Docker's default seccomp profile answers clone3 with ENOSYS.
+    assert_eq!(p["spawn_path"], "clone_pidfd");
+    assert_eq!(p["process_limit"]["mechanism"], "rlimit_nproc");
+    assert_eq!(p["isolation"]["process_limit"], "rlimit_nproc");
+    assert_eq!(
+        p["signing"]["key_out_of_child_reach"], true,
+        "{}",
+        p["signing"]
+    );
+    assert_eq!(p["cleanup"]["state"], "gone");
+    let out = p["streams"]["stdout"]["text"].as_str().unwrap_or("");
+    assert!(
+        out.contains("hello from docker") && out.contains("uid=1000"),
+        "{out}"
+    );
+    // The child's parent is governed-exec, PID 1 of the container.
+    assert!(out.contains("ppid=1 "), "{out}");
+    let (code, verdict) = b.verify("receipt.json");
+    assert_eq!(
+        (code, verdict.lines().next()),
+        (0, Some("VERIFIED_DONE")),
+        "{verdict}"
+    );
+}
+
+#[test]
+fn pids_limit_is_the_named_mechanism_and_bounds_a_fork_storm() {
+    let image = require_docker!("pids_limit_is_the_named_mechanism_and_bounds_a_fork_storm");
+    let b = Volume::new(&image);
+    let storm = "i=0; while [ $i -lt 150 ]; do sleep 3 & i=$((i+1)); done; wait; echo storm-over";
+    let script = format!(
+        "{APPROVE} -- sh -c '{storm}' 2>/dev/null && exec {RUN} --receipt /work/receipt.json -- sh -c '{storm}'"
+    );
+    let o = b.run(&["--pids-limit", "64"], &script);
+    let p = b.receipt("receipt.json")["predicate"].clone();
+    assert_eq!(p["process_limit"]["mechanism"], "enclosing_pids_max", "{p}");
+    assert_eq!(p["process_limit"]["enforced_limit"], 64);
+    // The storm hit the limit: a fork was refused (busybox sh gives up with
+    // exit 2), the run ended by itself, and the sleeps it left were killed.
+    let err = p["streams"]["stderr"]["text"].as_str().unwrap_or("");
+    assert!(err.contains("can't fork"), "no fork was refused: {err}");
+    assert_eq!(p["outcome"]["class"], "exited");
+    assert_eq!(
+        o.status.code(),
+        p["outcome"]["exit_code"].as_i64().map(|c| c as i32),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(p["cleanup"]["state"], "gone");
+    let killed = p["cleanup"]["leftover_processes_killed"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        (1..64).contains(&killed),
+        "{killed} leftovers with pids.max 64"
+    );
+}
+
+#[test]
+fn docker_stop_cancels_a_child_ignoring_sigterm_with_exit_143() {
+    let image = require_docker!("docker_stop_cancels_a_child_ignoring_sigterm_with_exit_143");
+    let b = Volume::new(&image);
+    let child = "trap \"\" TERM; (sh -c \"trap \\\"\\\" TERM; while :; do sleep 1; done\" &); echo up > /work/started; while :; do sleep 1; done";
+    let script = format!(
+        "{APPROVE} --max-processes unlimited -- sh -c '{child}' 2>/dev/null && exec {RUN} --receipt /work/receipt.json -- sh -c '{child}'"
+    );
+    let name = format!(
+        "ge-stop-{}-{}",
+        std::process::id(),
+        b.dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace('.', "")
+    );
+    let mut a = b.args(&["-d", "--name", &name], &script);
+    a.retain(|x| x != "--rm");
+    let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+    let o = docker(&refs);
+    assert!(o.status.success(), "{}", text(&o));
+    let started = Instant::now();
+    while !b.path("started").exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the child never started: {}",
+            text(&docker(&["logs", &name]))
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t0 = Instant::now();
+    let stop = docker(&["stop", "-t", "10", &name]);
+    let took = t0.elapsed();
+    let code = docker(&["inspect", "--format", "{{.State.ExitCode}}", &name]);
+    let logs = docker(&["logs", &name]);
+    let _ = docker(&["rm", "-f", &name]);
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert_eq!(
+        String::from_utf8_lossy(&code.stdout).trim(),
+        "143",
+        "{}",
+        text(&logs)
+    );
+    eprintln!("docker stop took {took:?} (cancel grace 2s)");
+    assert!(took < Duration::from_secs(8), "docker stop took {took:?}");
+    let p = b.receipt("receipt.json")["predicate"].clone();
+    assert_eq!(p["outcome"]["class"], "cancelled_reaped", "{p}");
+    assert_eq!(p["outcome"]["signal"], 15);
+    assert_eq!(p["cleanup"]["state"], "gone");
+    // The result record is in the journal on the volume.
+    let journal: String = std::fs::read_dir(b.path("state/journal"))
+        .unwrap()
+        .flatten()
+        .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
+        .collect();
+    assert!(journal.contains("\"kind\":\"result\""), "{journal}");
+    assert!(journal.contains("cancelled_reaped"));
+}
+
+#[test]
+fn orphans_are_reaped_while_governed_exec_is_pid_1() {
+    let image = require_docker!("orphans_are_reaped_while_governed_exec_is_pid_1");
+    let b = Volume::new(&image);
+    // Orphans that exit during the run: governed-exec (PID 1 and subreaper)
+    // must reap them at once, not leave zombies until the end.
+    let child = "for i in 1 2 3 4 5; do (sleep 0.1 &); done; sleep 1; echo zombies=$(cat /proc/[0-9]*/stat | awk \"\\$3 == \\\"Z\\\"\" | wc -l)";
+    let script = format!(
+        "{APPROVE} --max-processes unlimited -- sh -c '{child}' 2>/dev/null && exec {RUN} --receipt /work/receipt.json -- sh -c '{child}'"
+    );
+    let o = b.run(&[], &script);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let p = b.receipt("receipt.json")["predicate"].clone();
+    let out = p["streams"]["stdout"]["text"].as_str().unwrap_or("");
+    assert!(out.contains("zombies=0"), "{out}");
+    assert_eq!(p["cleanup"]["state"], "gone");
+}
+
+#[test]
+fn user_1000_doctor_says_what_run_does() {
+    let image = require_docker!("user_1000_doctor_says_what_run_does");
+    let b = Volume::new(&image);
+    let net = "nc 127.0.0.1 9 </dev/null 2>&1; echo nc_exit=$?";
+    let pidns = "echo pid=$$";
+    let script = format!(
+        "governed-exec doctor --json > /work/doctor.json && governed-exec doctor > /work/doctor.txt && \
+         {APPROVE} --no-network -- sh -c '{net}' 2>/dev/null && \
+         {RUN} --receipt /work/net.json -- sh -c '{net}'; \
+         {APPROVE} --pid-namespace -- sh -c '{pidns}' 2>/dev/null && \
+         {RUN} --receipt /work/pidns.json -- sh -c '{pidns}'; \
+         {APPROVE} -- true 2>/dev/null && exec {RUN} --receipt /work/plain.json -- true"
+    );
+    let o = b.run(&["--user", "1000:1000"], &script);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doctor: Value =
+        serde_json::from_slice(&std::fs::read(b.path("doctor.json")).unwrap()).unwrap();
+    let check = |name: &str| -> Value {
+        doctor["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("doctor has no {name}: {doctor}"))
+    };
+    assert_eq!(doctor["euid"], 1000);
+    let net_r = b.receipt("net.json")["predicate"].clone();
+    let pid_r = b.receipt("pidns.json")["predicate"].clone();
+    let plain = b.receipt("plain.json")["predicate"].clone();
+
+    // spawn: doctor's answer is the receipt's spawn path.
+    assert_eq!(check("spawn")["mechanism"], plain["spawn_path"]);
+    assert_eq!(plain["spawn_path"], "clone_pidfd");
+    // --no-network: Docker's profile forbids namespaces to uid 1000, so the
+    // seccomp filter is the mechanism, in doctor and in the receipt.
+    let no_net = check("no_network");
+    assert_eq!(
+        no_net["mechanism"], net_r["isolation"]["network_mechanism"],
+        "{net_r}"
+    );
+    assert_eq!(
+        net_r["isolation"]["network_mechanism"],
+        "seccomp_socket_families"
+    );
+    assert_eq!(net_r["outcome"]["class"], "exited");
+    let out = net_r["streams"]["stdout"]["text"].as_str().unwrap_or("");
+    assert!(out.contains("Address family not supported"), "{out}");
+    // --pid-namespace: doctor says no, run refuses it with zero spawn.
+    let pid_check = check("pid_namespace");
+    assert_eq!(pid_check["available"], false, "{pid_check}");
+    assert_eq!(
+        pid_r["outcome"]["reason"], "isolation_unavailable",
+        "{pid_r}"
+    );
+    // The process limit: RLIMIT_NPROC for a non-root child, both say so.
+    let std_limit = doctor["process_limit_by_profile"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["profile"] == "standard")
+        .cloned()
+        .unwrap();
+    assert_eq!(std_limit["mechanism"], plain["process_limit"]["mechanism"]);
+    assert_eq!(plain["process_limit"]["mechanism"], "rlimit_nproc");
+    assert_eq!(plain["outcome"]["class"], "exited");
+    let journal: String = std::fs::read_dir(b.path("state/journal"))
+        .unwrap()
+        .flatten()
+        .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
+        .collect();
+    // Two runs spent a use; the refused one did not.
+    assert_eq!(
+        journal.matches("\"kind\":\"executing\"").count(),
+        2,
+        "{journal}"
+    );
+}
