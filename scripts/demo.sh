@@ -4,8 +4,8 @@
 #   keygen → approve → run → verify, printing the receipt and the verdict.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release --locked --manifest-path "$repo/Cargo.toml" >&2
-bin="$repo/target/release/governed-exec"
+# The binary users install: the static release build (scripts/build-static.sh).
+bin=$(bash "$repo/scripts/build-static.sh")
 work=$(mktemp -d "${TMPDIR:-/tmp}/governed-exec-demo.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cp -r "$repo/examples/hello/workspace" "$work/workspace"
