@@ -3,7 +3,6 @@
 //! characters in what a human reads, and leftovers of a killed runner.
 
 use std::io::Write as _;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output};
@@ -49,25 +48,20 @@ fn rewrite_on_first_read(
     with: Vec<u8>,
     delay: Duration,
 ) -> std::thread::JoinHandle<bool> {
-    // SAFETY: inotify_init1 takes flags only and returns a new fd or -1.
-    let raw = unsafe { libc::inotify_init1(libc::IN_CLOEXEC) };
-    assert!(raw >= 0, "inotify_init1");
-    // SAFETY: `raw` is a fresh fd that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
-    // SAFETY: valid fd and NUL-terminated path.
-    let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), libc::IN_ACCESS) };
-    assert!(wd >= 0, "inotify_add_watch");
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let inotify =
+        Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).expect("inotify_init1");
+    inotify
+        .add_watch(&path, AddWatchFlags::IN_ACCESS)
+        .expect("inotify_add_watch");
     std::thread::spawn(move || {
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, 10 s timeout.
-        let ready = unsafe { libc::poll(&mut pfd, 1, 10_000) };
-        if ready != 1 {
-            return false;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match inotify.read_events() {
+                Ok(events) if !events.is_empty() => break,
+                _ if Instant::now() > deadline => return false,
+                _ => std::thread::sleep(Duration::from_micros(50)),
+            }
         }
         std::thread::sleep(delay);
         let Ok(mut f) = std::fs::OpenOptions::new()
