@@ -64,12 +64,39 @@ pub fn open_regular(path: &Path, follow: bool) -> io::Result<File> {
 }
 
 /// The whole content of a regular file (input files: goals, manifests,
-/// requests, keys, receipts), never blocking on a FIFO or device.
+/// requests, keys, receipts), never blocking on a FIFO or device planted at
+/// a path. The one exception is a pipe the caller handed over as one of
+/// this process's own fds (`/dev/fd/N`, `/proc/self/fd/N`: shell process
+/// substitution such as `--trust <(…)`): nobody else can have put it there,
+/// and it is read to its end.
 pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
-    let mut file = open_regular(path, true)?;
+    let mut file = if is_own_fd_path(path) {
+        let f = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(path)?;
+        let ft = f.metadata()?.file_type();
+        if !(ft.is_file() || ft.is_fifo()) {
+            require_regular(&f)?;
+        }
+        f
+    } else {
+        open_regular(path, true)?
+    };
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// `/dev/fd/N` or `/proc/self/fd/N`: a file this process already holds open.
+fn is_own_fd_path(path: &Path) -> bool {
+    let s = path.as_os_str().as_bytes();
+    [b"/dev/fd/".as_slice(), b"/proc/self/fd/".as_slice()]
+        .iter()
+        .any(|p| {
+            s.strip_prefix(*p)
+                .is_some_and(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit))
+        })
 }
 
 /// `read_regular` as UTF-8 text.
@@ -177,6 +204,15 @@ pub fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_our_own_fd_paths_may_be_pipes() {
+        assert!(is_own_fd_path(Path::new("/dev/fd/63")));
+        assert!(is_own_fd_path(Path::new("/proc/self/fd/5")));
+        assert!(!is_own_fd_path(Path::new("/dev/fd/")));
+        assert!(!is_own_fd_path(Path::new("/dev/fd/3/../x")));
+        assert!(!is_own_fd_path(Path::new("/tmp/dev/fd/3")));
+    }
 
     #[test]
     fn temp_names_differ_and_stay_short() {

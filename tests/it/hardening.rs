@@ -553,3 +553,47 @@ fn a_fifo_planted_at_the_goals_journal_is_refused_not_waited_on() {
     );
     finish_run(o).assert_refused("journal_unavailable");
 }
+
+#[test]
+fn inputs_from_process_substitution_still_work_but_a_planted_fifo_does_not_hang() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    // `--goal <(cat goal.json) --trust <(cat approver.pub)`: the caller's own
+    // pipes, read to their end.
+    let line = format!(
+        "exec {bin} run --goal <(cat {g}) --manifest {m} --trust <(cat {t}) --state-dir {s} -- true",
+        bin = BIN,
+        g = e.goal.display(),
+        m = e.manifest.display(),
+        t = e.trust.display(),
+        s = e.state.display()
+    );
+    let r = finish_run(output(
+        std::process::Command::new("bash").args(["-c", &line]),
+    ));
+    assert_eq!((r.code, r.class()), (0, "exited"), "stderr: {}", r.stderr);
+    // A FIFO planted at the goal's path is refused at once.
+    let planted = e.path("planted-goal.json");
+    mkfifo(&planted);
+    let mut c = e.run_cmd(&[], &["true"]);
+    let args: Vec<std::ffi::OsString> = c
+        .get_args()
+        .map(|a| {
+            if a == e.goal.as_os_str() {
+                planted.clone().into_os_string()
+            } else {
+                a.to_os_string()
+            }
+        })
+        .collect();
+    c = cmd();
+    c.args(args);
+    let o = wait_bounded(
+        spawn_piped(c),
+        Duration::from_secs(20),
+        "run with a FIFO goal",
+    );
+    let r = finish_run(o);
+    r.assert_refused("invalid_input");
+    assert!(r.stderr.contains("FIFO"), "{}", r.stderr);
+}
