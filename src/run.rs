@@ -569,8 +569,16 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         Ok(h) => h,
         Err(r) => return refuse_early(&draft, r),
     };
-    // Open and hash (into the sealed snapshot) before the Goal's ledger
-    // lock: other runs of the Goal never wait for this run's I/O.
+    // Everything slow happens before the Goal's ledger lock, so other runs
+    // of the Goal never wait for this run's I/O: removing the scratch trees
+    // of killed runners (when due), and opening and hashing the executable
+    // into its sealed snapshot.
+    let sweep = scratch::sweep_due(&state_dir);
+    if sweep {
+        for base in scratch::bases(true) {
+            scratch::sweep(&base);
+        }
+    }
     let now = SystemTime::now();
     let place = admission::RunPlace {
         workspace: workspace.as_deref(),
@@ -624,6 +632,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         &state_dir,
         (key, key_path),
         args.stream,
+        sweep,
         signals,
     )
 }
@@ -637,6 +646,7 @@ fn execute(
     state_dir: &Path,
     (key, key_path): (SigningKey, PathBuf),
     mirror: bool,
+    sweep: bool,
     signals: &mut SignalFd,
 ) -> i32 {
     let body = &admitted.lease.body;
@@ -658,9 +668,8 @@ fn execute(
         };
     let attempt_id = new_id("att");
     let owner = body.isolation.as_user.map(|u| (u.uid, u.gid));
-    let sweep = scratch::sweep_due(state_dir);
     let tmpfs_ok = !isolation::any_isolation(&body.isolation);
-    let scratch = match Scratch::create(&attempt_id, owner, tmpfs_ok, sweep) {
+    let scratch = match Scratch::create(&attempt_id, owner, tmpfs_ok) {
         Ok(s) => s,
         Err(e) => {
             return refuse_with_lease(

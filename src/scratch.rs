@@ -8,14 +8,18 @@
 //! tree when it ends. A runner killed by SIGKILL removes nothing, but the
 //! kernel drops its lock; so every `run` first sweeps sibling trees whose
 //! lock it can take — their runner is gone — and never touches one whose
-//! lock is held. A tree without a lock file is a leftover of a runner that
-//! crashed before locking (or of an older release); it is removed once it is
-//! older than a minute, beyond the microseconds between `mkdir` and lock.
+//! lock is held. A tree is made under a `governed-exec-new-` name and
+//! renamed only once its lock is held, so no sweeper sees a live tree whose
+//! lock is not yet taken. A tree without a lock file (an older release's)
+//! and a nursery tree whose runner died before the rename are removed once
+//! they are older than a minute.
 //!
 //! Sweeping reads the whole base directory (a busy `/tmp` holds thousands of
 //! entries), so it is not on every run's path: [`sweep_due`] lets one run
 //! per state dir and minute do it, for these trees and for crashed runners'
-//! cgroups alike. A leftover waits at most that minute longer.
+//! cgroups alike. A leftover waits at most that minute longer. `run` sweeps
+//! before it takes the Goal's journal lock, so removing a large leftover
+//! never holds up other runs of the Goal.
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -26,6 +30,8 @@ use nix::fcntl::{Flock, FlockArg};
 
 /// The prefix of every attempt's scratch tree (attempt ids are `att-…`).
 pub const PREFIX: &str = "governed-exec-att-";
+/// A tree being created, before its lock is held.
+const NURSERY: &str = "governed-exec-new-";
 const LOCK_NAME: &str = ".lock";
 const UNLOCKED_GRACE: Duration = Duration::from_secs(60);
 
@@ -84,29 +90,28 @@ pub fn sweep_due(state_dir: &Path) -> bool {
 }
 
 impl Scratch {
-    /// Make the attempt's tree under the first of [`bases`] that takes it;
-    /// first sweep leftovers under every base if `sweep_leftovers` (see
-    /// [`sweep_due`]).
+    /// Make the attempt's tree under the first of [`bases`] that takes it.
+    /// (Leftovers are swept by the caller, before the journal lock.)
+    ///
+    /// The tree is born under a `governed-exec-new-` name, its lock taken,
+    /// and only then renamed to its `governed-exec-att-` name: no sweeper
+    /// ever sees a live tree whose lock is not yet held (one could take a
+    /// lock file between its creation and the flock, and remove the tree).
     pub fn create(
         attempt_id: &str,
         owner: Option<(u32, u32)>,
         tmpfs_ok: bool,
-        sweep_leftovers: bool,
     ) -> std::io::Result<Scratch> {
-        if sweep_leftovers {
-            for base in bases(true) {
-                sweep(&base);
-            }
-        }
         let candidates = bases(tmpfs_ok);
         let name = format!("governed-exec-{attempt_id}");
+        let nursery_name = format!("{NURSERY}{attempt_id}");
         let mut made = Err(std::io::Error::from(std::io::ErrorKind::NotFound));
         for base in &candidates {
-            let root = base.join(&name);
+            let nursery = base.join(&nursery_name);
             made = fs::DirBuilder::new()
                 .mode(0o711)
-                .create(&root)
-                .map(|()| root);
+                .create(&nursery)
+                .map(|()| (nursery, base.join(&name)));
             // A name that exists is never reused (it is not ours); any
             // other failure (read-only, full, no access) tries the next.
             match &made {
@@ -114,20 +119,21 @@ impl Scratch {
                 _ => break,
             }
         }
-        let root = made?;
+        let (nursery, root) = made?;
         let locked = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(root.join(LOCK_NAME))
+            .open(nursery.join(LOCK_NAME))
             .and_then(|f| {
                 Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e.into())
-            });
+            })
+            .and_then(|l| fs::rename(&nursery, &root).map(|()| l));
         let lock = match locked {
             Ok(l) => l,
             Err(e) => {
-                let _ = fs::remove_dir_all(&root);
+                let _ = fs::remove_dir_all(&nursery);
                 return Err(e);
             }
         };
@@ -158,16 +164,30 @@ impl Drop for Scratch {
 pub fn sweep(base: &Path) {
     let Ok(rd) = fs::read_dir(base) else { return };
     for entry in rd.flatten() {
-        let is_ours = entry.file_name().to_string_lossy().starts_with(PREFIX);
+        let name = entry.file_name().to_string_lossy().into_owned();
         // A real directory only (file_type does not follow symlinks).
-        if !is_ours || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
         let root = entry.path();
-        if runner_gone(&root) {
+        let gone = if name.starts_with(PREFIX) {
+            runner_gone(&root)
+        } else if name.starts_with(NURSERY) {
+            // A runner that died in the microseconds before its rename.
+            older_than_grace(&root)
+        } else {
+            false
+        };
+        if gone {
             let _ = fs::remove_dir_all(&root);
         }
     }
+}
+
+fn older_than_grace(root: &Path) -> bool {
+    fs::symlink_metadata(root)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() > UNLOCKED_GRACE)
 }
 
 /// Whether no live runner owns the tree: its lock can be taken, or it has
@@ -182,11 +202,7 @@ fn runner_gone(root: &Path) -> bool {
             f.metadata().is_ok_and(|m| m.is_file())
                 && Flock::lock(f, FlockArg::LockExclusiveNonblock).is_ok()
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fs::symlink_metadata(root)
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| {
-                SystemTime::now().duration_since(t).unwrap_or_default() > UNLOCKED_GRACE
-            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => older_than_grace(root),
         Err(_) => false,
     }
 }
