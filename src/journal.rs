@@ -363,10 +363,11 @@ fn checkpoint_key(state_dir: &Path) -> Option<[u8; 32]> {
 }
 
 /// Read a whole input file, refusing one larger than `max` bytes. It is
-/// opened as `safe_io::open_regular` does: non-blocking, and it must be a
-/// regular file (a FIFO or device never blocks or streams forever).
+/// opened as `safe_io::open_input` does: non-blocking, and it must be a
+/// regular file (a FIFO or device never blocks or streams forever), unless
+/// it is the caller's own pipe (`/dev/fd/N`, process substitution).
 pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    let f = crate::safe_io::open_regular(path, true)?;
+    let f = crate::safe_io::open_input(path)?;
     let mut out = Vec::new();
     f.take(max.saturating_add(1)).read_to_end(&mut out)?;
     if out.len() as u64 > max {

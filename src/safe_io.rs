@@ -12,7 +12,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -63,29 +63,24 @@ pub fn open_regular(path: &Path, follow: bool) -> io::Result<File> {
     Ok(file)
 }
 
-/// The whole content of a regular file (input files: goals, manifests,
-/// requests, keys, receipts), never blocking on a FIFO or device planted at
-/// a path. The one exception is a pipe the caller handed over as one of
-/// this process's own fds (`/dev/fd/N`, `/proc/self/fd/N`: shell process
-/// substitution such as `--trust <(…)`): nobody else can have put it there,
-/// and it is read to its end.
-pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
-    let mut file = if is_own_fd_path(path) {
-        let f = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)?;
-        let ft = f.metadata()?.file_type();
-        if !(ft.is_file() || ft.is_fifo()) {
-            require_regular(&f)?;
-        }
-        f
-    } else {
-        open_regular(path, true)?
-    };
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(bytes)
+/// Open an input file (goal, manifest, request, keys, receipt) for
+/// reading, never blocking on a FIFO or device planted at a path: it must be
+/// a regular file. The one exception is a pipe the caller handed over as
+/// one of this process's own fds (`/dev/fd/N`, `/proc/self/fd/N`: shell
+/// process substitution such as `--trust <(…)`): nobody else can have put
+/// it there, and it is read to its end.
+pub fn open_input(path: &Path) -> io::Result<File> {
+    if !is_own_fd_path(path) {
+        return open_regular(path, true);
+    }
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_fifo() {
+        require_regular(&f)?;
+    }
+    Ok(f)
 }
 
 /// `/dev/fd/N` or `/proc/self/fd/N`: a file this process already holds open.
@@ -97,12 +92,6 @@ fn is_own_fd_path(path: &Path) -> bool {
             s.strip_prefix(*p)
                 .is_some_and(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit))
         })
-}
-
-/// `read_regular` as UTF-8 text.
-pub fn read_regular_string(path: &Path) -> io::Result<String> {
-    String::from_utf8(read_regular(path)?)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
 }
 
 /// Open (creating 0600 if absent) a lock file: no symlink followed, no
