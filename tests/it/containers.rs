@@ -41,6 +41,17 @@ fn doctor_json(c: &mut Command) -> Value {
     serde_json::from_slice(&o.stdout).expect("doctor --json")
 }
 
+fn doctor_json_settled(c: Command) -> Value {
+    let o = output_settled(c);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("doctor --json")
+}
+
 fn check<'a>(doctor: &'a Value, name: &str) -> &'a Value {
     doctor["checks"]
         .as_array()
@@ -53,7 +64,7 @@ fn clone3_enosys_falls_back_to_clone_pidfd_and_doctor_says_so() {
     let e = Env::new();
     let probe = ["sh", "-c", "echo ran; cat /proc/self/cgroup"];
     e.approve(&["--max-processes", "unlimited"], &probe);
-    let r = finish_run(output(under_filter(
+    let r = finish_run(output_settled(under_filter(
         "clone3=ENOSYS",
         &e.run_cmd(&[], &probe),
     )));
@@ -98,7 +109,7 @@ fn clone3_fallback_keeps_the_pid_namespace_and_exec_failure_is_exec_failed() {
     let e = Env::new();
     let probe = ["sh", "-c", "echo ns_pid=$$"];
     e.approve(&["--pid-namespace"], &probe);
-    let r = finish_run(output(under_filter(
+    let r = finish_run(output_settled(under_filter(
         "clone3=ENOSYS",
         &e.run_cmd(&[], &probe),
     )));
@@ -246,6 +257,19 @@ fn unprivileged_env() -> (Env, PathBuf) {
     (e, bin)
 }
 
+/// `output`, retried while exec of the freshly copied binary meets ETXTBSY
+/// (another test thread's fork may still hold the copy's write fd).
+fn output_settled(mut c: Command) -> std::process::Output {
+    for _ in 0..20 {
+        let o = output(&mut c);
+        if !String::from_utf8_lossy(&o.stderr).contains("Text file busy") {
+            return o;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    output(&mut c)
+}
+
 fn as_nobody(bin: &Path, inner: &Command) -> Command {
     let mut c = Command::new("setpriv");
     c.args([
@@ -276,9 +300,9 @@ fn unprivileged_no_network_uses_seccomp_where_namespaces_are_forbidden() {
     let probe = ["bash", "-c", script.as_str()];
     let docker_like = "clone3=ENOSYS,unshare=EPERM";
     let approve = as_nobody(&bin, &e.approve_cmd(&["--no-network"], &probe));
-    let o = output(under_filter(docker_like, &approve));
+    let o = output_settled(under_filter(docker_like, &approve));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r = finish_run(output(under_filter(
+    let r = finish_run(output_settled(under_filter(
         docker_like,
         &as_nobody(&bin, &e.run_cmd(&[], &probe)),
     )));
@@ -302,7 +326,7 @@ fn unprivileged_no_network_uses_seccomp_where_namespaces_are_forbidden() {
     // doctor under the same conditions names the same mechanisms.
     let mut dc = cmd();
     dc.args(["doctor", "--json"]);
-    let d = doctor_json(&mut under_filter(docker_like, &as_nobody(&bin, &dc)));
+    let d = doctor_json_settled(under_filter(docker_like, &as_nobody(&bin, &dc)));
     assert_eq!(
         check(&d, "no_network")["mechanism"],
         "seccomp_socket_families"
@@ -313,13 +337,13 @@ fn unprivileged_no_network_uses_seccomp_where_namespaces_are_forbidden() {
     // --pid-namespace cannot be had: refused, zero spawn, no use spent.
     let marker = e.path("ws/ran");
     let touch = ["sh", "-c", "touch ran"];
-    let o = output(under_filter(
+    let o = output_settled(under_filter(
         docker_like,
         &as_nobody(&bin, &e.approve_cmd(&["--pid-namespace"], &touch)),
     ));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let before = e.journal_executing_count();
-    let r = finish_run(output(under_filter(
+    let r = finish_run(output_settled(under_filter(
         docker_like,
         &as_nobody(&bin, &e.run_cmd(&[], &touch)),
     )));
@@ -338,7 +362,7 @@ fn unprivileged_namespaces_go_through_a_user_namespace_where_the_kernel_allows()
     let (e, bin) = unprivileged_env();
     let mut dc = cmd();
     dc.args(["doctor", "--json"]);
-    let d = doctor_json(&mut as_nobody(&bin, &dc));
+    let d = doctor_json_settled(as_nobody(&bin, &dc));
     if check(&d, "user_namespace")["available"] != true {
         skip!(
             "unprivileged_namespaces_go_through_a_user_namespace_where_the_kernel_allows: {}",
@@ -355,12 +379,12 @@ fn unprivileged_namespaces_go_through_a_user_namespace_where_the_kernel_allows()
         "user_and_pid_namespace"
     );
     let probe = ["sh", "-c", "echo ns_pid=$$ uid=$(id -u); cat /sys/class/net/*/operstate 2>/dev/null | tr '\\n' ' '; ls /sys/class/net"];
-    let o = output(as_nobody(
+    let o = output_settled(as_nobody(
         &bin,
         &e.approve_cmd(&["--no-network", "--pid-namespace"], &probe),
     ));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r = finish_run(output(as_nobody(&bin, &e.run_cmd(&[], &probe))));
+    let r = finish_run(output_settled(as_nobody(&bin, &e.run_cmd(&[], &probe))));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let iso = &r.predicate()["isolation"];
     assert_eq!(
