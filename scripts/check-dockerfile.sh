@@ -83,14 +83,16 @@ cleanup_image() { docker image rm -f "$tag" >/dev/null 2>&1 || true; }
 trap 'cleanup_image; rm -rf "${img:-}"' EXIT
 docker run --rm "$tag" --version
 docker run --rm "$tag" doctor >&2
-# The documented use: state on a volume, governed-exec as PID 1.
+# The documented use: state on a volume, governed-exec as PID 1, a child of
+# another uid (RLIMIT_NPROC binds it, and the root-owned key is out of its
+# reach, which `verify` requires).
 docker run --rm --entrypoint /bin/sh "$tag" -c '
   set -e
-  mkdir -p /work/ws && cd /work
+  mkdir -p /work/ws && chmod 777 /work/ws && cd /work
   echo "{\"schema\":\"governed-exec/goal/v1\",\"id\":\"check\",\"revision\":1,\"criteria\":[{\"kind\":\"exit_code\",\"equals\":0},{\"kind\":\"file\",\"path\":\"out.txt\",\"contains\":\"ok\"}]}" > goal.json
   governed-exec keygen --out approver >/dev/null
   governed-exec approve --goal goal.json --workspace ws --manifest manifest.json --key approver.key \
-    --max-processes unlimited -- sh -c "echo ok > out.txt" 2>/dev/null >/dev/null
+    --as-user 1000 -- sh -c "echo ok > out.txt" 2>/dev/null >/dev/null
   governed-exec run --goal goal.json --manifest manifest.json --trust approver.pub \
     --receipt receipt.json -- sh -c "echo ok > out.txt"
   governed-exec verify --goal goal.json --receipt receipt.json --trust /var/lib/governed-exec/runner.pub
