@@ -213,7 +213,14 @@ pub fn open_executable(
             )
         }
     };
-    let (sha256, interpreter) = hash_and_copy(&file, memfd.as_ref()).map_err(io_err)?;
+    // Read at most one byte past the size seen at open: a file that keeps
+    // growing (appended or extended with holes faster than it is read) is
+    // drift, never an endless read into an endless in-memory copy.
+    let Some((sha256, interpreter)) =
+        hash_and_copy(&file, memfd.as_ref(), before.size()).map_err(io_err)?
+    else {
+        return Err(IdentityError::ChangedWhileHashing(shown));
+    };
     let snapshot = match memfd {
         None => None,
         Some(m) => Some(seal_snapshot(m).map_err(|source| IdentityError::Snapshot {
@@ -289,15 +296,17 @@ fn seal_snapshot(memfd: File) -> std::io::Result<OwnedFd> {
 /// SHA-256 of the whole file read through `file` from offset 0 (positioned
 /// reads: the fd's offset is left alone), and the `#!` interpreter if any.
 pub fn hash_file(file: &File) -> std::io::Result<(String, Option<String>)> {
-    hash_and_copy(file, None)
+    hash_and_copy(file, None, u64::MAX).map(|r| r.unwrap_or_default())
 }
 
 /// [`hash_file`], writing every byte hashed into `copy` as well (one pass:
-/// the copy holds exactly the bytes the digest covers).
+/// the copy holds exactly the bytes the digest covers). `None` when the
+/// file holds more than `limit` bytes by the time it is read.
 fn hash_and_copy(
     file: &File,
     mut copy: Option<&File>,
-) -> std::io::Result<(String, Option<String>)> {
+    limit: u64,
+) -> std::io::Result<Option<(String, Option<String>)>> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut offset = 0u64;
@@ -312,17 +321,20 @@ fn hash_and_copy(
         if offset == 0 {
             first.extend_from_slice(&buf[..n.min(256)]);
         }
+        offset += n as u64;
+        if offset > limit {
+            return Ok(None);
+        }
         hasher.update(&buf[..n]);
         if let Some(c) = copy.as_mut() {
             c.write_all(&buf[..n])?;
         }
-        offset += n as u64;
     }
     let interpreter = first.strip_prefix(b"#!").map(|rest| {
         let line = rest.split(|b| *b == b'\n').next().unwrap_or_default();
         String::from_utf8_lossy(line).trim().to_string()
     });
-    Ok((hex::encode(hasher.finalize()), interpreter))
+    Ok(Some((hex::encode(hasher.finalize()), interpreter)))
 }
 
 /// SHA-256 and size of a whole file by path (products, goal files). The
@@ -546,6 +558,30 @@ pub fn dir_difference(what: &str, want: &DirIdentity, got: &DirIdentity) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hashing_stops_one_byte_past_the_size_seen_at_open() {
+        let mut f = tempfile::tempfile().expect("tempfile");
+        f.write_all(b"0123456789").expect("write");
+        assert!(hash_and_copy(&f, None, 5).expect("read").is_none());
+        assert!(hash_and_copy(&f, None, 9).expect("read").is_none());
+        let (sha, _) = hash_and_copy(&f, None, 10)
+            .expect("read")
+            .expect("within the limit");
+        assert_eq!(sha, hex::encode(Sha256::digest(b"0123456789")));
+    }
+
+    #[test]
+    fn a_match_spanning_two_reads_is_found() {
+        let mut f = tempfile::tempfile().expect("tempfile");
+        let mut bytes = vec![b'x'; 256 * 1024 - 3];
+        bytes.extend_from_slice(b"NEEDLE");
+        f.write_all(&bytes).expect("write");
+        use std::io::Seek;
+        f.rewind().expect("rewind");
+        let (size, _, found) = hash_and_search(f, Some(b"NEEDLE")).expect("read");
+        assert_eq!((size, found), (bytes.len() as u64, true));
+    }
 
     #[test]
     fn cwd_rejects_parent_and_absolute() {

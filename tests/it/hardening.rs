@@ -597,3 +597,32 @@ fn inputs_from_process_substitution_still_work_but_a_planted_fifo_does_not_hang(
     r.assert_refused("invalid_input");
     assert!(r.stderr.contains("FIFO"), "{}", r.stderr);
 }
+
+#[test]
+fn an_executable_that_keeps_growing_is_drift_not_an_endless_copy() {
+    // A writer extends the approved file with holes far faster than anyone
+    // can read it. Whether the runner sees it already too large at open or
+    // growing while it reads (it reads at most one byte past the size seen at
+    // open; unit-tested in identity.rs), the run ends at once as drift.
+    let e = Env::new();
+    e.write_script("tool.sh", "#!/bin/sh\necho hi\n");
+    e.approve(&[], &["./tool.sh"]);
+    let p = e.ws.join("tool.sh");
+    let grow = format!(
+        "while :; do truncate -s +64M {} 2>/dev/null || exit 0; done",
+        p.display()
+    );
+    let mut grower = std::process::Command::new("sh")
+        .args(["-c", &grow])
+        .spawn()
+        .expect("grower");
+    std::thread::sleep(Duration::from_millis(50));
+    let o = wait_bounded(
+        spawn_piped(e.run_cmd(&[], &["./tool.sh"])),
+        Duration::from_secs(30),
+        "run of a growing executable",
+    );
+    let _ = grower.kill();
+    let _ = grower.wait();
+    finish_run(o).assert_refused("executable_drift");
+}
