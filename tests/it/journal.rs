@@ -101,8 +101,8 @@ fn resolve_failed_unblocks_and_keeps_the_spent_use() {
     let probe = ["sh", "-c", "exec sleep 1000"];
     e.approve(&["--uses", "2"], &probe);
     let mut child = start_and_wait_for_executing(&e, &probe, 1);
-    std::thread::sleep(Duration::from_millis(100));
     child.kill_runner();
+    wait_until_unknown(&e);
     let a = attempts(&e);
     let id = a[0]["attempt_id"].as_str().expect("id").to_string();
     assert_eq!(
@@ -140,6 +140,22 @@ fn start_and_wait_for_executing(e: &Env, probe: &[&str], records: usize) -> Runn
     child
 }
 
+/// After the runner was killed, its child dies of the parent-death signal a
+/// moment later; until then it may still share the attempt lock (it held a
+/// copy between clone and exec), so the attempt reads `running`. Wait for
+/// the journal to call it `unknown` before acting on it.
+fn wait_until_unknown(e: &Env) {
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    while attempts(e)[0]["state"] != "unknown" && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        attempts(e)[0]["state"],
+        "unknown",
+        "the killed run never read unknown"
+    );
+}
+
 #[test]
 fn resolve_stop_revokes_the_lease() {
     let e = Env::new();
@@ -147,6 +163,7 @@ fn resolve_stop_revokes_the_lease() {
     e.approve(&["--uses", "5"], &probe);
     let mut child = start_and_wait_for_executing(&e, &probe, 1);
     child.kill_runner();
+    wait_until_unknown(&e);
     let id = attempts(&e)[0]["attempt_id"]
         .as_str()
         .expect("id")
