@@ -1064,7 +1064,21 @@ unsafe fn setup_mounts(m: &MountPlan, err_w: RawFd) {
 /// # Safety
 /// Only in the forked child.
 unsafe fn keep_only(keep: u64, cap_last: u32, err_w: RawFd) {
-    // SAFETY: raw prctl/capset syscalls on integers and stack structs.
+    // SAFETY: in the forked child, as this function requires.
+    unsafe {
+        shrink_ambient_and_bounding(keep, cap_last, err_w);
+        capset_all(keep as u32, (keep >> 32) as u32, err_w);
+    }
+}
+
+/// Clear the ambient set and drop every capability not in `keep` from the
+/// bounding set (EINVAL, a number this kernel does not know, is not an
+/// error). Permitted/effective/inheritable are the caller's to set after.
+///
+/// # Safety
+/// Only in the forked child.
+unsafe fn shrink_ambient_and_bounding(keep: u64, cap_last: u32, err_w: RawFd) {
+    // SAFETY: raw prctl syscalls on integers, async-signal-safe.
     unsafe {
         if libc::prctl(
             libc::PR_CAP_AMBIENT,
@@ -1087,7 +1101,6 @@ unsafe fn keep_only(keep: u64, cap_last: u32, err_w: RawFd) {
                 }
             }
         }
-        capset_all(keep as u32, (keep >> 32) as u32, err_w);
     }
 }
 
@@ -1138,25 +1151,7 @@ unsafe fn drop_to(creds: ChildCreds, cap_last: u32, err_w: RawFd) {
     // SAFETY: raw prctl/setgroups/setres[ug]id/capset syscalls on integers
     // and stack structs, async-signal-safe.
     unsafe {
-        if libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        ) < 0
-        {
-            child_fail(err_w, ChildStep::Credentials);
-        }
-        for cap in 0..=cap_last {
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) < 0 {
-                let errno = *libc::__errno_location();
-                // EINVAL: a capability number this kernel does not know.
-                if errno != libc::EINVAL {
-                    child_fail(err_w, ChildStep::Credentials);
-                }
-            }
-        }
+        shrink_ambient_and_bounding(0, cap_last, err_w);
         if libc::setgroups(0, std::ptr::null()) < 0
             || libc::setresgid(creds.gid, creds.gid, creds.gid) < 0
             || libc::setresuid(creds.uid, creds.uid, creds.uid) < 0
