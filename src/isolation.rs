@@ -105,12 +105,15 @@ pub fn boundary_text(
         None if req.fs_write.is_some() => parts.push("reads are not restricted".into()),
         None => {}
     }
-    parts.push(match (req.no_network, net) {
-        (false, _) => "it can use the network".into(),
-        (true, Some(NetMechanism::Seccomp)) => SECCOMP_BOUNDARY.into(),
-        (true, Some(_)) => "it has no network but its own loopback".into(),
-        (true, None) => format!("it has no network but its own loopback where a network namespace can be made here; otherwise {SECCOMP_BOUNDARY}"),
-    });
+    let network: Option<String> = match (req.no_network, net) {
+        // The not-a-sandbox sentence above already says it.
+        (false, _) if !sandboxed => None,
+        (false, _) => Some("it can use the network".into()),
+        (true, Some(NetMechanism::Seccomp)) => Some(SECCOMP_BOUNDARY.into()),
+        (true, Some(_)) => Some("it has no network but its own loopback".into()),
+        (true, None) => Some(format!("it has no network but its own loopback where a network namespace can be made here; otherwise {SECCOMP_BOUNDARY}")),
+    };
+    parts.extend(network);
     if req.pid_namespace {
         parts.push(if mount_ns == Some(false) {
             "it is PID 1 of its own PID namespace and cannot signal host processes by pid, but /proc is not remounted and still lists them".into()

@@ -6,7 +6,6 @@
 //! and an unprivileged caller (setpriv). tests/it/docker.rs runs the same
 //! checks against a real engine.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -241,49 +240,6 @@ fn readonly_cgroupfs_uses_the_enclosing_pids_max_or_refuses_or_honours_the_waive
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.predicate()["process_limit"]["mechanism"], "waived");
     assert!(marker.exists());
-}
-
-/// A copy of the binary and an Env that uid 65534 can use.
-fn unprivileged_env() -> (Env, PathBuf) {
-    let e = Env::new();
-    let bin = e.path("governed-exec");
-    std::fs::copy(BIN, &bin).expect("copy");
-    let _ = Command::new("chown")
-        .arg("-R")
-        .arg("65534:65534")
-        .arg(e.dir.path())
-        .status();
-    std::fs::set_permissions(e.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    (e, bin)
-}
-
-/// `output`, retried while exec of the freshly copied binary meets ETXTBSY
-/// (another test thread's fork may still hold the copy's write fd).
-fn output_settled(mut c: Command) -> std::process::Output {
-    for _ in 0..20 {
-        let o = output(&mut c);
-        if !String::from_utf8_lossy(&o.stderr).contains("Text file busy") {
-            return o;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    output(&mut c)
-}
-
-fn as_nobody(bin: &Path, inner: &Command) -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        "--reuid",
-        "65534",
-        "--regid",
-        "65534",
-        "--clear-groups",
-        "--",
-    ])
-    .arg(bin)
-    .args(inner.get_args())
-    .stdin(std::process::Stdio::null());
-    c
 }
 
 #[test]

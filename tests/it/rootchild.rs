@@ -397,31 +397,11 @@ fn verify_refuses_a_receipt_whose_key_was_in_the_childs_reach_unless_allowed() {
 
 /// `run` as uid 65534 (an unprivileged runner), with `flags` on the lease.
 fn run_unprivileged(e: &Env, flags: &[&str], probe: &[&str]) -> Run {
-    use std::os::unix::fs::PermissionsExt;
     e.approve(flags, probe);
-    let bin = e.path("governed-exec");
-    std::fs::copy(BIN, &bin).expect("copy");
-    let _ = std::process::Command::new("chown")
-        .arg("-R")
-        .arg("65534:65534")
-        .arg(e.dir.path())
-        .status();
-    std::fs::set_permissions(e.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let inner = e.run_cmd(&[], probe);
-    let mut c = std::process::Command::new("setpriv");
-    c.args([
-        "--reuid",
-        "65534",
-        "--regid",
-        "65534",
-        "--clear-groups",
-        "--",
-    ])
-    .arg(&bin)
-    .args(inner.get_args())
-    .env("HOME", e.dir.path())
-    .stdin(std::process::Stdio::null());
-    finish_run(output(&mut c))
+    let bin = nobody_copy_of_binary(e);
+    let mut c = as_nobody(&bin, &e.run_cmd(&[], probe));
+    c.env("HOME", e.dir.path());
+    finish_run(output_settled(c))
 }
 
 #[test]

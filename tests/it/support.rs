@@ -427,3 +427,58 @@ impl Drop for RunnerGuard {
         let _ = child.wait();
     }
 }
+
+/// A fresh Env and a copy of the binary that uid 65534 can use.
+pub fn unprivileged_env() -> (Env, PathBuf) {
+    let e = Env::new();
+    let bin = nobody_copy_of_binary(&e);
+    (e, bin)
+}
+
+/// Copy the binary into `e`'s directory and hand the whole directory to
+/// uid 65534, so a runner of that uid can use it. Run the copy through
+/// `output_settled`: another test thread's fork may briefly hold its write fd.
+pub fn nobody_copy_of_binary(e: &Env) -> PathBuf {
+    let bin = e.path("governed-exec");
+    std::fs::copy(BIN, &bin).expect("copy");
+    let _ = Command::new("chown")
+        .arg("-R")
+        .arg("65534:65534")
+        .arg(e.dir.path())
+        .status();
+    std::fs::set_permissions(
+        e.dir.path(),
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .expect("chmod");
+    bin
+}
+
+/// `output`, retried while exec of the freshly copied binary meets ETXTBSY
+/// (another test thread's fork may still hold the copy's write fd).
+pub fn output_settled(mut c: Command) -> std::process::Output {
+    for _ in 0..20 {
+        let o = output(&mut c);
+        if !String::from_utf8_lossy(&o.stderr).contains("Text file busy") {
+            return o;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    output(&mut c)
+}
+
+pub fn as_nobody(bin: &Path, inner: &Command) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        "--",
+    ])
+    .arg(bin)
+    .args(inner.get_args())
+    .stdin(std::process::Stdio::null());
+    c
+}
