@@ -464,8 +464,15 @@ impl Journal {
         // Only the tail past a trusted checkpoint is read: the cost of an
         // open does not grow with the journal's history.
         let (mut summary, start, first_line) = match load_checkpoint(&path, &file, size) {
-            Some(cp) => (cp.summary, cp.len, cp.lines),
-            None => (Summary::new(), 0, 0),
+            Ok(Some(cp)) => (cp.summary, cp.len, cp.lines),
+            Ok(None) => (Summary::new(), 0, 0),
+            Err((line, detail)) => {
+                return Err(JournalError::Corrupt {
+                    path: path.display().to_string(),
+                    line,
+                    detail,
+                })
+            }
         };
         let tail_len = usize::try_from(size - start).map_err(|_| {
             unavailable(&path)(std::io::Error::from(std::io::ErrorKind::OutOfMemory))
@@ -678,16 +685,51 @@ fn sync_file(
 
 /// The checkpoint of `journal` if it is trusted for the open `file` of
 /// `file_len` bytes (see [`Checkpoint`]); reads only the checkpoint and
-/// the one record that ends where it does.
-fn load_checkpoint(journal: &Path, file: &File, file_len: u64) -> Option<Checkpoint> {
-    let raw = read_bounded(&checkpoint_path(journal), MAX_CHECKPOINT_BYTES).ok()?;
-    let cp: Checkpoint = serde_json::from_slice(&raw).ok()?;
-    let key = read_checkpoint_key(&state_of(journal))?;
-    if cp.len > file_len {
-        return None;
+/// the one record that ends where it does. A checkpoint that is absent,
+/// unreadable, forged or of another version is `Ok(None)` (a full parse
+/// follows). An authentic current one that the file no longer matches is
+/// an `Err`: governed-exec wrote it over this journal, so the journal was
+/// cut short, deleted and re-created, or had records edited or removed
+/// before that point, and a full parse of what is left could give back
+/// spent uses or hide an unknown attempt.
+fn load_checkpoint(
+    journal: &Path,
+    file: &File,
+    file_len: u64,
+) -> Result<Option<Checkpoint>, (usize, String)> {
+    let Some(raw) = read_bounded(&checkpoint_path(journal), MAX_CHECKPOINT_BYTES).ok() else {
+        return Ok(None);
+    };
+    let Ok(cp) = serde_json::from_slice::<Checkpoint>(&raw) else {
+        return Ok(None);
+    };
+    let Some(key) = read_checkpoint_key(&state_of(journal)) else {
+        return Ok(None);
+    };
+    let authentic = hex::decode(&cp.mac).is_ok_and(|m| m == hmac_sha256(&key, &cp.mac_input()));
+    if !authentic || cp.v != CHECKPOINT_VERSION {
+        return Ok(None);
     }
-    let head = record_ending_at(file, cp.len)?;
-    checkpoint_bound(&cp, &key, file_len, &head).then_some(cp)
+    let tampered = || {
+        (
+            cp.lines,
+            format!(
+                "the journal no longer holds the {} records ({} bytes) its authenticated checkpoint summarises: records were removed or edited",
+                cp.lines, cp.len
+            ),
+        )
+    };
+    if cp.len > file_len {
+        return Err(tampered());
+    }
+    let Some(head) = record_ending_at(file, cp.len) else {
+        return Err(tampered());
+    };
+    if checkpoint_bound(&cp, &key, file_len, &head) {
+        Ok(Some(cp))
+    } else {
+        Err(tampered())
+    }
 }
 
 /// The record that ends (with its newline) at byte `end` of `file`, without
@@ -1220,8 +1262,16 @@ fn check_checkpoint(path: &Path, bytes: &[u8], entries: &[Entry], a: &mut Audit)
     }
     match read_checkpoint_key(&state_of(path)) {
         Some(key) if checkpoint_trusted(&cp, &key, bytes) => {}
+        Some(key)
+            if cp.v == CHECKPOINT_VERSION
+                && hex::decode(&cp.mac).is_ok_and(|m| m == hmac_sha256(&key, &cp.mac_input())) =>
+        {
+            a.problems.push(format!(
+                "{what} is authentic but the journal no longer matches it: records before its end were removed or edited (admission refuses the journal)"
+            ))
+        }
         Some(_) => a.problems.push(format!(
-            "{what} fails its authentication or its binding to the chain: it was edited outside governed-exec (admission ignores it)"
+            "{what} fails its authentication: it was edited outside governed-exec (admission ignores it)"
         )),
         None => a.problems.push(format!(
             "{what} exists but the checkpoint key does not (admission ignores it)"
@@ -1370,7 +1420,7 @@ mod tests {
             let f = File::open(&jp).unwrap();
             load_checkpoint(&jp, &f, bytes.len() as u64)
         };
-        assert!(load(&bytes).is_some());
+        assert!(matches!(load(&bytes), Ok(Some(_))));
         // The MAC alone.
         let mut c = cp.clone();
         c.summary.uses.insert("x".into(), 0);
@@ -1397,7 +1447,12 @@ mod tests {
         let mut edited = bytes.clone();
         edited[len - 5] ^= 1;
         assert!(!checkpoint_trusted(&cp, &key, &edited), "head edited");
-        assert!(load(&edited).is_none(), "head edited (from the file)");
+        // From the file, an authentic checkpoint over an edited head is
+        // tampering, never a silent full parse.
+        assert!(load(&edited).is_err(), "head edited (from the file)");
+        // So is a journal cut short below the checkpoint.
+        assert!(load(&bytes[..len / 2]).is_err(), "journal cut short");
+        assert!(load(b"").is_err(), "journal deleted and re-created");
         // Not a record boundary.
         let mut c = cp.clone();
         c.len -= 1;
@@ -1408,7 +1463,7 @@ mod tests {
         let mut edited = bytes.clone();
         edited[5] ^= 1;
         assert!(checkpoint_trusted(&cp, &key, &edited));
-        assert!(load(&edited).is_some());
+        assert!(matches!(load(&edited), Ok(Some(_))));
         assert!(audit(Path::new("t"), &edited).is_err(), "journal verify");
         let mut c = cp.clone();
         c.summary.next_seq = 17;
@@ -1443,7 +1498,7 @@ mod tests {
             serde_json::to_vec(&c).unwrap(),
         )
         .unwrap();
-        assert!(load(&bytes).is_none());
+        assert!(matches!(load(&bytes), Ok(None)));
     }
 
     /// Line numbers and sequence arithmetic when continuing a chain.
