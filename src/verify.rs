@@ -334,7 +334,15 @@ fn check_file(
     // whose digest is compared with the receipt.
     let disk = identity::read_workspace_file(ws, path, contains.map(str::as_bytes));
     if !must_exist {
+        // "Must not exist" means nothing at all at that path: a directory,
+        // a FIFO or a symlink (dangling or leading out of the workspace)
+        // is not a regular file to hash, yet it exists.
+        let something = std::fs::symlink_metadata(ws.join(path)).is_ok();
         return match (prod.exists, &disk) {
+            (false, None) if something => Some(
+                "must not exist, but something exists there on disk now (not a regular file inside the workspace)"
+                    .into(),
+            ),
             (false, None) => None,
             (true, _) => Some("must not exist, but the receipt recorded it".into()),
             (false, Some(_)) => Some("must not exist, but it exists on disk now".into()),

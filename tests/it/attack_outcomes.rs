@@ -157,3 +157,42 @@ fn verify_rejects_an_unknown_criterion_kind_by_name() {
     assert!(o.stdout.is_empty());
     assert!(String::from_utf8_lossy(&o.stderr).contains("http_ok"));
 }
+
+/// `exists: false` is not met by a directory or a symlink the child left
+/// at the path: neither is a regular file the receipt could hash, yet the
+/// path exists.
+#[test]
+fn must_not_exist_is_not_met_by_a_directory_or_a_symlink() {
+    let probes: [(&[&str], &str); 3] = [
+        (&["mkdir", "FAILED"], "a directory"),
+        (&["ln", "-s", "/etc/passwd", "FAILED"], "a symlink out"),
+        (&["ln", "-s", "nowhere", "FAILED"], "a dangling symlink"),
+    ];
+    for (cmdline, what) in probes {
+        let e = Env::new();
+        e.set_goal(
+            r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+  "criteria": [ { "kind": "exit_code", "equals": 0 },
+                { "kind": "file", "path": "FAILED", "exists": false } ] }"#,
+        );
+        e.approve(&[], cmdline);
+        let (r, receipt) = e.run_to_file("r.json", cmdline);
+        assert_eq!(r.code, 0, "{what}: {}", r.stderr);
+        let (code, out) = e.verify(&receipt);
+        assert_eq!(
+            (code, out.lines().next()),
+            (1, Some("NOT_VERIFIED")),
+            "{what}: {out}"
+        );
+        assert!(out.contains("must not exist"), "{what}: {out}");
+        // Once the path is truly gone, the same receipt verifies.
+        let p = e.ws.join("FAILED");
+        if p.is_dir() && !p.is_symlink() {
+            std::fs::remove_dir(&p).unwrap();
+        } else {
+            std::fs::remove_file(&p).unwrap();
+        }
+        let (code, out) = e.verify(&receipt);
+        assert_eq!(code, 0, "{what}: {out}");
+    }
+}
