@@ -571,6 +571,18 @@ impl TryFrom<ManifestWire> for Manifest {
             foreign: vec![],
         };
         for (i, raw) in w.leases.into_iter().enumerate() {
+            // One typed parse in the common case (a lease of a known
+            // format); the format is peeked at only when that fails, to
+            // tell a foreign lease (kept verbatim) from a broken one.
+            let wire_err = match serde_json::from_str::<LeaseWire>(raw.get()) {
+                Ok(wire) if LEASE_FORMATS_KNOWN.contains(&wire.format.unwrap_or(1)) => {
+                    m.leases
+                        .push(Lease::try_from(wire).map_err(|e| format!("leases[{i}]: {e}"))?);
+                    continue;
+                }
+                Ok(_) => None,
+                Err(e) => Some(e),
+            };
             #[derive(Deserialize)]
             struct Peek {
                 #[serde(default)]
@@ -581,18 +593,16 @@ impl TryFrom<ManifestWire> for Manifest {
                 .and_then(|p| p.format)
                 .unwrap_or(1);
             if LEASE_FORMATS_KNOWN.contains(&format) {
-                let lease: Lease =
-                    serde_json::from_str(raw.get()).map_err(|e| format!("leases[{i}]: {e}"))?;
-                m.leases.push(lease);
-            } else {
-                let v: serde_json::Value = serde_json::from_str(raw.get()).unwrap_or_default();
-                m.foreign.push(ForeignLease {
-                    format,
-                    lease_id: v["body"]["lease_id"].as_str().map(str::to_string),
-                    request: v["body"].get("request").cloned(),
-                    raw: raw.get().to_string(),
-                });
+                let e = wire_err.map_or_else(|| "unreadable lease".to_string(), |e| e.to_string());
+                return Err(format!("leases[{i}]: {e}"));
             }
+            let v: serde_json::Value = serde_json::from_str(raw.get()).unwrap_or_default();
+            m.foreign.push(ForeignLease {
+                format,
+                lease_id: v["body"]["lease_id"].as_str().map(str::to_string),
+                request: v["body"].get("request").cloned(),
+                raw: raw.get().to_string(),
+            });
         }
         Ok(m)
     }
