@@ -292,13 +292,26 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
     eprint!("{}", summary(&body, a.ttl));
     let sealed = lease::seal(body, &key);
     let id = sealed.body.lease_id.clone();
+    let goal_id = sealed.body.goal.id.clone();
     let replaced = lease::update_manifest(&a.manifest, true, |m| {
         let replaced = supersede(m, &sealed.body);
         m.leases.push(sealed);
         Ok(replaced)
     })?;
-    for old in &replaced {
+    for (old, _) in &replaced {
         eprintln!("  {:<13} lease {old} (same goal, request and binding): marked superseded; it no longer runs", "replaces");
+    }
+    // A superseded lease that names a ledger is revoked there too, as
+    // `revoke` does: every runner checks that ledger, so an old manifest
+    // copy cannot bring the replaced lease back beside the new one.
+    for (old, named) in &replaced {
+        let Some(named) = named else { continue };
+        let l = crate::ledger::LedgerSpec::parse(named)?.open();
+        let by = format!("superseded by lease {id}");
+        crate::ledger::revoke(&*l, &goal_id, old, &by).map_err(|e| {
+            format!("lease {old} is marked superseded in {} but not yet revoked in its ledger {}: {e}; run `revoke --lease {old}` once the ledger is reachable",
+                escape::visible(&a.manifest.display().to_string()), escape::visible(&l.name()))
+        })?;
     }
     eprintln!(
         "approved: lease {id} added to {}",
@@ -308,8 +321,9 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
 }
 
 /// Mark every live lease that `new` covers (same Goal id, request and
-/// workspace binding) superseded by it. Returns their ids.
-fn supersede(m: &mut Manifest, new: &LeaseBody) -> Vec<String> {
+/// workspace binding) superseded by it. Returns their ids and the ledgers
+/// they name.
+fn supersede(m: &mut Manifest, new: &LeaseBody) -> Vec<(String, Option<String>)> {
     let same_binding = |b: &LeaseBody| match (b.binding, new.binding) {
         (Binding::Machine, Binding::Machine) => b.workspace.path == new.workspace.path,
         (Binding::Portable, Binding::Portable) => true,
@@ -321,7 +335,7 @@ fn supersede(m: &mut Manifest, new: &LeaseBody) -> Vec<String> {
         .map(|r| r.lease_id.clone())
         .chain(m.superseded.iter().map(|s| s.lease_id.clone()))
         .collect();
-    let replaced: Vec<String> = m
+    let replaced: Vec<(String, Option<String>)> = m
         .leases
         .iter()
         .map(|l| &l.body)
@@ -331,10 +345,10 @@ fn supersede(m: &mut Manifest, new: &LeaseBody) -> Vec<String> {
                 && same_binding(b)
                 && !dead.contains(&b.lease_id)
         })
-        .map(|b| b.lease_id.clone())
+        .map(|b| (b.lease_id.clone(), b.ledger.clone()))
         .collect();
     let at = crate::journal::now_rfc3339();
-    for old in &replaced {
+    for (old, _) in &replaced {
         m.superseded.push(Supersession {
             lease_id: old.clone(),
             by_lease: new.lease_id.clone(),
