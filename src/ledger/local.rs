@@ -31,6 +31,32 @@ impl LocalLedger {
     }
 }
 
+impl LocalLedger {
+    /// A named ledger is created by `approve` (with its `journal/`), never
+    /// by `run`: a deleted ledger, or an empty mount point where the
+    /// ledger's file system is not mounted, is unreachable. Re-creating it
+    /// would forget every use spent and every revocation recorded there.
+    fn require_approved_dir(&self) -> Result<(), LedgerError> {
+        if !self.named {
+            return Ok(());
+        }
+        let j = self.dir.join("journal");
+        match std::fs::symlink_metadata(&j) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => Err(LedgerError::Unavailable(format!(
+                "ledger {}: {} is not a directory",
+                self.dir.display(),
+                j.display()
+            ))),
+            Err(e) => Err(LedgerError::Unavailable(format!(
+                "ledger {}: {}: {e}; a ledger is created by approve, never re-created by run (is its file system mounted?)",
+                self.dir.display(),
+                j.display()
+            ))),
+        }
+    }
+}
+
 fn err(e: JournalError) -> LedgerError {
     match e {
         JournalError::Corrupt { .. } => LedgerError::Corrupt(e.to_string()),
@@ -52,6 +78,7 @@ impl Ledger for LocalLedger {
     }
 
     fn open_goal(&self, goal_id: &str) -> Result<Box<dyn GoalSession>, LedgerError> {
+        self.require_approved_dir()?;
         let journal = Journal::open(&self.dir, goal_id).map_err(err)?;
         Ok(Box::new(LocalGoal {
             journal,
@@ -61,6 +88,7 @@ impl Ledger for LocalLedger {
     }
 
     fn chains(&self) -> Result<Vec<Chain>, LedgerError> {
+        self.require_approved_dir()?;
         let checks = journal::verify_all(&self.dir).map_err(err)?;
         let mut out = Vec::new();
         for (path, r) in checks {

@@ -74,11 +74,13 @@ impl LedgerSpec {
     }
 
     /// The string a lease records: an absolute directory (created here if
-    /// missing) or the normalised PostgreSQL address.
+    /// missing, with its `journal/`, which `run` requires) or the
+    /// normalised PostgreSQL address.
     pub fn for_lease(&self) -> Result<String, String> {
         match self {
             LedgerSpec::Path(p) => {
-                crate::journal::ensure_dir(p).map_err(|e| format!("--ledger: {e}"))?;
+                crate::journal::ensure_dir(&p.join("journal"))
+                    .map_err(|e| format!("--ledger: {e}"))?;
                 std::fs::canonicalize(p)
                     .map(|c| c.display().to_string())
                     .map_err(|e| format!("--ledger {}: {e}", p.display()))

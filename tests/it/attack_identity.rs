@@ -33,3 +33,36 @@ fn a_superseded_ledger_lease_stays_dead_in_an_old_manifest_copy() {
     let r = e.run(&["--lease", &new_id], &[]);
     assert_eq!(r.class(), "exited", "{}", r.stderr);
 }
+
+/// A ledger directory that is gone (deleted, or an empty mount point where
+/// its file system is not mounted) is unreachable: `run` refuses with
+/// `ledger_unavailable` and spawns nothing, instead of re-creating an empty
+/// ledger and spending an exhausted lease's uses afresh (§6.7).
+#[test]
+fn a_named_ledger_that_is_gone_is_unavailable_never_recreated_empty() {
+    let e = Env::new();
+    let led = e.path("ledger");
+    e.approve(
+        &["--uses", "1", "--ledger", led.to_str().unwrap()],
+        &["sh", "-c", "echo ran >> ran.txt"],
+    );
+    let r = e.run(&[], &["sh", "-c", "echo ran >> ran.txt"]);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    let r = e.run(&[], &["sh", "-c", "echo ran >> ran.txt"]);
+    r.assert_refused("lease_exhausted");
+
+    // Deleted: refused, and run does not create it.
+    std::fs::remove_dir_all(&led).unwrap();
+    let r = e.run(&[], &["sh", "-c", "echo ran >> ran.txt"]);
+    r.assert_refused("ledger_unavailable");
+    assert!(!led.exists());
+    // An empty directory in its place (an unmounted mount point): refused.
+    std::fs::create_dir(&led).unwrap();
+    let r = e.run(&[], &["sh", "-c", "echo ran >> ran.txt"]);
+    r.assert_refused("ledger_unavailable");
+    assert!(r.stderr.contains("never re-created by run"), "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("ran.txt")).unwrap(),
+        "ran\n"
+    );
+}
