@@ -165,8 +165,17 @@ pub fn prepare<'m>(
         ..
     } = selection
     {
+        // Only leases that could still run choose the profile: a revoked
+        // or expired one approves nothing any more.
         let mut profiles: Vec<String> = candidates
             .iter()
+            .filter(|l| {
+                !manifest
+                    .revocations
+                    .iter()
+                    .any(|r| r.lease_id == l.body.lease_id)
+                    && within_window(&l.body, now)
+            })
             .map(|l| l.body.request.profile.to_string())
             .collect();
         profiles.sort();
@@ -470,7 +479,26 @@ fn portable_identity(
         .map_err(|e| fail(6, Reason::CwdDrift, e.to_string()))?;
     let cwd = identity::open_dir(&cwd_path)
         .map_err(|e| fail(6, Reason::CwdDrift, format!("cwd: {e}")))?;
-    identity::dir_fd_inside(&cwd.file, ws).map_err(|e| fail(6, Reason::CwdDrift, e))?;
+    let cwd_seen =
+        identity::dir_fd_inside(&cwd.file, ws).map_err(|e| fail(6, Reason::CwdDrift, e))?;
+    // Only inode, device and timestamps leave a portable identity: the
+    // cwd's canonical place in the workspace stays in it, so an in-workspace
+    // symlink cannot move the command into another directory.
+    let approved = Path::new(&body.cwd.path)
+        .strip_prefix(&body.workspace.path)
+        .ok();
+    if cwd_seen.strip_prefix(ws).ok() != approved {
+        return Err(fail(
+            6,
+            Reason::CwdDrift,
+            format!(
+                "cwd {:?} resolves to {}, but the lease approved {} of its workspace",
+                body.request.cwd,
+                cwd_seen.display(),
+                approved.map_or_else(|| body.cwd.path.clone(), |a| format!("./{}", a.display()))
+            ),
+        ));
+    }
     let exe = open_exe(lease, &cwd_path)?;
     let got = identity::portable(&exe.identity, ws);
     let differs = [

@@ -486,11 +486,12 @@ pub fn resolve_cwd(workspace: &Path, rel: &str) -> Result<PathBuf, IdentityError
 
 /// Check on an opened directory fd that it lies inside `workspace`
 /// (canonical): the kernel's own path of the fd, not the path we opened.
-pub fn dir_fd_inside(dir: &File, workspace: &Path) -> Result<(), String> {
+/// Returns that path.
+pub fn dir_fd_inside(dir: &File, workspace: &Path) -> Result<PathBuf, String> {
     let link = fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
         .map_err(|e| format!("cannot read back the cwd descriptor's path: {e}"))?;
     if link.starts_with(workspace) {
-        Ok(())
+        Ok(link)
     } else {
         Err(format!(
             "cwd resolves to {}, outside the workspace {}",

@@ -66,3 +66,65 @@ fn a_named_ledger_that_is_gone_is_unavailable_never_recreated_empty() {
         "ran\n"
     );
 }
+
+/// A portable lease drops inode, device and timestamps, not the cwd's place:
+/// in a workspace where the approved `sub` is a symlink to another directory
+/// of the same workspace, `run` refuses `cwd_drift` instead of running there
+/// (§4, portable binding).
+#[test]
+fn a_portable_cwd_moved_by_an_in_workspace_symlink_is_drift() {
+    let e = Env::new();
+    std::fs::create_dir(e.ws.join("sub")).unwrap();
+    e.approve(
+        &["--portable", "--uses", "3", "--cwd", "sub"],
+        &["sh", "-c", "pwd"],
+    );
+    let clone = e.path("clone");
+    std::fs::create_dir_all(clone.join("secrets")).unwrap();
+    std::os::unix::fs::symlink("secrets", clone.join("sub")).unwrap();
+    let clone_s = clone.to_str().unwrap();
+    let r = finish_run(output(e.run_cmd(
+        &["--workspace", clone_s, "--cwd", "sub"],
+        &["sh", "-c", "pwd"],
+    )));
+    r.assert_refused("cwd_drift");
+    assert!(
+        r.stderr.contains("the lease approved ./sub"),
+        "{}",
+        r.stderr
+    );
+
+    // The same layout with a real `sub` runs there.
+    std::fs::remove_file(clone.join("sub")).unwrap();
+    std::fs::create_dir(clone.join("sub")).unwrap();
+    let r = finish_run(output(e.run_cmd(
+        &["--workspace", clone_s, "--cwd", "sub"],
+        &["sh", "-c", "pwd"],
+    )));
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    let want = std::fs::canonicalize(clone.join("sub")).unwrap();
+    assert_eq!(r.stdout_text(), format!("{}\n", want.display()));
+}
+
+/// `run -- CMD` without `--profile` takes the profile of the lease it
+/// matches; a revoked lease of another profile approves nothing and must
+/// not make the request ambiguous (§2).
+#[test]
+fn a_revoked_lease_of_another_profile_does_not_block_profile_inference() {
+    let e = Env::new();
+    let long = e.approve(&["--profile", "long"], &["sh", "-c", "echo p"]);
+    let o = output(
+        cmd()
+            .args(["revoke", "--manifest"])
+            .arg(&e.manifest)
+            .args(["--lease", &long, "--by", "ops"]),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    e.approve(&["--profile", "short"], &["sh", "-c", "echo p"]);
+    let r = e.run(&[], &["sh", "-c", "echo p"]);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(r.predicate()["request"]["profile"], "short");
+    // The revoked one stays refused when asked for by its profile.
+    let r = e.run(&["--profile", "long"], &["sh", "-c", "echo p"]);
+    r.assert_refused("lease_revoked");
+}
