@@ -169,13 +169,7 @@ pub fn prepare<'m>(
         // or expired one approves nothing any more.
         let mut profiles: Vec<String> = candidates
             .iter()
-            .filter(|l| {
-                !manifest
-                    .revocations
-                    .iter()
-                    .any(|r| r.lease_id == l.body.lease_id)
-                    && within_window(&l.body, now)
-            })
+            .filter(|l| may_still_run(manifest, l, now))
             .map(|l| l.body.request.profile.to_string())
             .collect();
         profiles.sort();
@@ -231,6 +225,16 @@ pub fn prepare<'m>(
         })
         .collect();
     Ok(Prepared { candidates })
+}
+
+/// Neither revoked in the manifest nor outside its validity window: a
+/// lease that may still run, so it counts when a request is ambiguous.
+pub fn may_still_run(manifest: &Manifest, lease: &Lease, now: SystemTime) -> bool {
+    !manifest
+        .revocations
+        .iter()
+        .any(|r| r.lease_id == lease.body.lease_id)
+        && within_window(&lease.body, now)
 }
 
 fn within_window(body: &crate::model::LeaseBody, now: SystemTime) -> bool {

@@ -588,12 +588,20 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         Ok(p) => p,
         Err(r) => return refuse_early(&draft, r),
     };
-    // The ledger is the one the matching lease names (else the state dir).
+    // The ledger is the one the matching lease names (else the state dir);
+    // a revoked or expired match does not make it ambiguous.
     let named: Vec<Option<String>> = {
-        let mut v: Vec<Option<String>> = admission::candidates(&manifest, &selection)
+        let all = admission::candidates(&manifest, &selection);
+        let live: Vec<_> = all
             .iter()
-            .map(|l| l.body.ledger.clone())
+            .filter(|l| admission::may_still_run(&manifest, l, now))
             .collect();
+        let pick = if live.is_empty() {
+            all.iter().collect()
+        } else {
+            live
+        };
+        let mut v: Vec<Option<String>> = pick.iter().map(|l| l.body.ledger.clone()).collect();
         v.sort();
         v.dedup();
         v

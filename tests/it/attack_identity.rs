@@ -128,3 +128,26 @@ fn a_revoked_lease_of_another_profile_does_not_block_profile_inference() {
     let r = e.run(&["--profile", "long"], &["sh", "-c", "echo p"]);
     r.assert_refused("lease_revoked");
 }
+
+/// A revoked lease that named another ledger does not make the live
+/// lease of the same request ambiguous: the run spends in the live lease's
+/// ledger (§2, §6.7).
+#[test]
+fn a_revoked_lease_of_another_ledger_does_not_make_the_request_ambiguous() {
+    let e = Env::new();
+    let led = e.path("ledger");
+    let old = e.approve(&["--ledger", led.to_str().unwrap()], &["true"]);
+    let o = output(
+        cmd()
+            .args(["revoke", "--manifest"])
+            .arg(&e.manifest)
+            .args(["--lease", &old, "--by", "ops"]),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let new = e.approve(&[], &["true"]);
+    let r = e.run(&[], &["true"]);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(r.predicate()["lease"]["id"], new.as_str());
+    let r = e.run(&["--lease", &old], &[]);
+    r.assert_refused("lease_revoked");
+}
