@@ -11,23 +11,6 @@ use crate::support::*;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
-fn git(dir: &Path, args: &[&str]) -> bool {
-    Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
 fn shipped(rel: &str) -> String {
     std::fs::read_to_string(Path::new(REPO).join(rel)).unwrap()
 }

@@ -158,37 +158,9 @@ fn keys_made_by_openssl_work_as_approver_and_runner_keys() {
     };
     let (ak, ap) = gen("ossl-approver");
     let (rk, rp) = gen("ossl-runner");
-    let mut c = cmd();
-    c.arg("approve")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--workspace")
-        .arg(&e.ws)
-        .arg("--manifest")
-        .arg(&e.manifest)
-        .arg("--key")
-        .arg(&ak)
-        .args(["--", "true"]);
-    let o = output(c);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut c = cmd();
-    c.arg("run")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--manifest")
-        .arg(&e.manifest)
-        .arg("--trust")
-        .arg(&ap)
-        .arg("--key")
-        .arg(&rk)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .arg("--receipt")
-        .arg(e.path("r.json"))
-        .args(["--", "true"]);
-    assert_eq!(output(c).status.code(), Some(0));
+    let receipt = approve_and_run_with_keys(&e, &ak, &ap, &rk);
     let (code, out) = {
-        let o = output(e.verify_cmd(&e.path("r.json"), &rp));
+        let o = output(e.verify_cmd(&receipt, &rp));
         (
             o.status.code(),
             String::from_utf8_lossy(&o.stdout).to_string(),
@@ -207,42 +179,8 @@ fn keys_in_the_earlier_format_still_load() {
     let key = fixtures.join("pkcs8-v2-with-public-key.key");
     let public = fixtures.join("pkcs8-v2-with-public-key.pub");
     assert_eq!(pem_der(&std::fs::read_to_string(&key).unwrap())[4], 1, "v2");
-    let mut c = cmd();
-    c.arg("approve")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--workspace")
-        .arg(&e.ws)
-        .arg("--manifest")
-        .arg(&e.manifest)
-        .arg("--key")
-        .arg(&key)
-        .args(["--", "true"]);
-    let o = output(c);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut c = cmd();
-    c.arg("run")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--manifest")
-        .arg(&e.manifest)
-        .arg("--trust")
-        .arg(&public)
-        .arg("--key")
-        .arg(&key)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .arg("--receipt")
-        .arg(e.path("r.json"))
-        .args(["--", "true"]);
-    let o = output(c);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let o = output(e.verify_cmd(&e.path("r.json"), &public));
+    let receipt = approve_and_run_with_keys(&e, &key, &public, &key);
+    let o = output(e.verify_cmd(&receipt, &public));
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -351,4 +289,51 @@ fn receipts_verify_with_securesystemslib_dsse_by_default_keyid() {
     std::fs::write(&edited, serde_json::to_vec(&env).unwrap()).unwrap();
     let (code, out) = dsse(&edited, &e.runner_pub());
     assert_eq!(code, Some(1), "{out}");
+}
+
+/// Approve `true` with `approver_key`, then run it trusting `approver_pub`
+/// and signing with `runner_key`; both must succeed. Returns the receipt.
+fn approve_and_run_with_keys(
+    e: &Env,
+    approver_key: &Path,
+    approver_pub: &Path,
+    runner_key: &Path,
+) -> PathBuf {
+    let mut c = cmd();
+    c.arg("approve")
+        .arg("--goal")
+        .arg(&e.goal)
+        .arg("--workspace")
+        .arg(&e.ws)
+        .arg("--manifest")
+        .arg(&e.manifest)
+        .arg("--key")
+        .arg(approver_key)
+        .args(["--", "true"]);
+    let o = output(c);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let receipt = e.path("r.json");
+    let mut c = cmd();
+    c.arg("run")
+        .arg("--goal")
+        .arg(&e.goal)
+        .arg("--manifest")
+        .arg(&e.manifest)
+        .arg("--trust")
+        .arg(approver_pub)
+        .arg("--key")
+        .arg(runner_key)
+        .arg("--state-dir")
+        .arg(&e.state)
+        .arg("--receipt")
+        .arg(&receipt)
+        .args(["--", "true"]);
+    let o = output(c);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    receipt
 }

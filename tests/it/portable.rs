@@ -6,23 +6,6 @@ use std::process::Command;
 
 use crate::support::*;
 
-fn git(dir: &Path, args: &[&str]) -> bool {
-    Command::new("git")
-        .current_dir(dir)
-        .args([
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap()
 }

@@ -482,3 +482,22 @@ pub fn as_nobody(bin: &Path, inner: &Command) -> Command {
     .stdin(std::process::Stdio::null());
     c
 }
+
+/// `git ARGS` in `dir` with a fixed identity and default branch; whether it
+/// succeeded.
+pub fn git(dir: &Path, args: &[&str]) -> bool {
+    Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
