@@ -302,22 +302,61 @@ pub fn hash_file(file: &File) -> std::io::Result<(String, Option<String>)> {
 /// [`hash_file`], writing every byte hashed into `copy` as well (one pass:
 /// the copy holds exactly the bytes the digest covers). `None` when the
 /// file holds more than `limit` bytes by the time it is read.
+///
+/// A large file is hashed on a second thread while this one reads it and
+/// writes the copy ([`hash_and_copy_overlapped`]): the copy then costs
+/// close to nothing over the hash on a machine with two cores.
 fn hash_and_copy(
+    file: &File,
+    copy: Option<&File>,
+    limit: u64,
+) -> std::io::Result<Option<(String, Option<String>)>> {
+    match copy {
+        Some(copy) if limit >= OVERLAP_FROM_BYTES => hash_and_copy_overlapped(file, copy, limit),
+        _ => hash_and_copy_serial(file, copy, limit),
+    }
+}
+
+/// Bytes read (and hashed, and copied) at a time.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// From this size on, hashing runs beside the copy: below it, starting a
+/// thread costs more than the overlap saves.
+const OVERLAP_FROM_BYTES: u64 = 4 << 20;
+
+/// Read the next chunk at `offset` into `buf` (positioned: the fd's offset
+/// is left alone), retrying an interrupted read. 0 at the end of the file.
+fn read_chunk(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    loop {
+        match file.read_at(buf, offset) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// The `#!` interpreter named by a file's first bytes, if any.
+fn interpreter_of(first: &[u8]) -> Option<String> {
+    first.strip_prefix(b"#!").map(|rest| {
+        let line = rest.split(|b| *b == b'\n').next().unwrap_or_default();
+        String::from_utf8_lossy(line).trim().to_string()
+    })
+}
+
+fn hash_and_copy_serial(
     file: &File,
     mut copy: Option<&File>,
     limit: u64,
 ) -> std::io::Result<Option<(String, Option<String>)>> {
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; CHUNK_BYTES];
     let mut offset = 0u64;
     let mut first: Vec<u8> = Vec::new();
     loop {
-        let n = match file.read_at(&mut buf, offset) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
+        let n = read_chunk(file, &mut buf, offset)?;
+        if n == 0 {
+            break;
+        }
         if offset == 0 {
             first.extend_from_slice(&buf[..n.min(256)]);
         }
@@ -330,11 +369,77 @@ fn hash_and_copy(
             c.write_all(&buf[..n])?;
         }
     }
-    let interpreter = first.strip_prefix(b"#!").map(|rest| {
-        let line = rest.split(|b| *b == b'\n').next().unwrap_or_default();
-        String::from_utf8_lossy(line).trim().to_string()
-    });
-    Ok(Some((hex::encode(hasher.finalize()), interpreter)))
+    Ok(Some((
+        hex::encode(hasher.finalize()),
+        interpreter_of(&first),
+    )))
+}
+
+/// [`hash_and_copy_serial`] with the hash on a second thread. Each chunk is
+/// read once into a buffer that nobody writes until both the hasher and
+/// the copy are done with it (the buffer is shared read-only, and comes
+/// back for reuse only when the hasher returns the last other handle), so
+/// the digest and the copy still cover exactly the same bytes, in order.
+fn hash_and_copy_overlapped(
+    file: &File,
+    mut copy: &File,
+    limit: u64,
+) -> std::io::Result<Option<(String, Option<String>)>> {
+    use std::sync::{mpsc, Arc};
+    type Chunk = (Arc<Vec<u8>>, usize);
+    const BUFFERS: usize = 3;
+    let hasher_gone = || std::io::Error::other("the hashing thread stopped");
+    std::thread::scope(|scope| {
+        let (to_hasher, chunks) = mpsc::sync_channel::<Chunk>(BUFFERS);
+        let (hashed, returned) = mpsc::channel::<Arc<Vec<u8>>>();
+        let hasher = scope.spawn(move || {
+            let mut hasher = Sha256::new();
+            for (chunk, n) in chunks {
+                hasher.update(&chunk[..n]);
+                // The reader may be gone (an error): the buffer is then
+                // simply dropped.
+                let _ = hashed.send(chunk);
+            }
+            hasher.finalize()
+        });
+        let mut fresh = BUFFERS;
+        let mut read_all = || -> std::io::Result<Option<Vec<u8>>> {
+            let mut offset = 0u64;
+            let mut first: Vec<u8> = Vec::new();
+            loop {
+                let mut buf = if fresh > 0 {
+                    fresh -= 1;
+                    vec![0u8; CHUNK_BYTES]
+                } else {
+                    let back = returned.recv().map_err(|_| hasher_gone())?;
+                    // This thread dropped its handle after writing the
+                    // copy, so the hasher's was the last one.
+                    Arc::try_unwrap(back).unwrap_or_else(|_| vec![0u8; CHUNK_BYTES])
+                };
+                let n = read_chunk(file, &mut buf, offset)?;
+                if n == 0 {
+                    return Ok(Some(first));
+                }
+                if offset == 0 {
+                    first.extend_from_slice(&buf[..n.min(256)]);
+                }
+                offset += n as u64;
+                if offset > limit {
+                    return Ok(None);
+                }
+                let chunk = Arc::new(buf);
+                to_hasher
+                    .send((Arc::clone(&chunk), n))
+                    .map_err(|_| hasher_gone())?;
+                copy.write_all(&chunk[..n])?;
+            }
+        };
+        let read = read_all();
+        // Closing the channel ends the hasher's loop.
+        drop(to_hasher);
+        let digest = hasher.join().map_err(|_| hasher_gone())?;
+        Ok(read?.map(|first| (hex::encode(digest), interpreter_of(&first))))
+    })
 }
 
 /// SHA-256 and size of a whole file by path (products, goal files). The
@@ -570,6 +675,59 @@ mod tests {
             .expect("read")
             .expect("within the limit");
         assert_eq!(sha, hex::encode(Sha256::digest(b"0123456789")));
+    }
+
+    #[test]
+    fn the_copy_and_the_digest_cover_the_same_bytes_serial_or_overlapped() {
+        // Sizes around the chunk and the overlap threshold, with content
+        // that differs in every chunk (a reordered or reused buffer would
+        // show in the digest and in the copy).
+        let chunk = CHUNK_BYTES;
+        let from = OVERLAP_FROM_BYTES as usize;
+        for size in [
+            0,
+            1,
+            chunk - 1,
+            chunk,
+            from - 1,
+            from,
+            from + 1,
+            3 * from + 7,
+        ] {
+            let bytes: Vec<u8> = (0..size)
+                .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3])
+                .collect();
+            let mut f = tempfile::tempfile().expect("tempfile");
+            f.write_all(&bytes).expect("write");
+            let mut copy = tempfile::tempfile().expect("copy");
+            let (sha, interp) = hash_and_copy(&f, Some(&copy), size as u64)
+                .expect("read")
+                .expect("within the limit");
+            assert_eq!(sha, hex::encode(Sha256::digest(&bytes)), "size {size}");
+            assert_eq!(interp, None);
+            use std::io::Seek;
+            copy.rewind().expect("rewind");
+            let mut back = Vec::new();
+            copy.read_to_end(&mut back).expect("read copy");
+            assert!(back == bytes, "copy differs at size {size}");
+            // One byte short of the real size: drift, on either path.
+            if size > 0 {
+                let copy = tempfile::tempfile().expect("copy");
+                assert!(hash_and_copy(&f, Some(&copy), size as u64 - 1)
+                    .expect("read")
+                    .is_none());
+            }
+        }
+        // The interpreter line is read from the first chunk either way.
+        let mut script = b"#!/bin/sh -e\n".to_vec();
+        script.resize(from + 5, b'#');
+        let mut f = tempfile::tempfile().expect("tempfile");
+        f.write_all(&script).expect("write");
+        let copy = tempfile::tempfile().expect("copy");
+        let (_, interp) = hash_and_copy(&f, Some(&copy), script.len() as u64)
+            .expect("read")
+            .expect("within the limit");
+        assert_eq!(interp.as_deref(), Some("/bin/sh -e"));
     }
 
     #[test]

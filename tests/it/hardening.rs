@@ -626,3 +626,59 @@ fn an_executable_that_keeps_growing_is_drift_not_an_endless_copy() {
     let _ = grower.wait();
     finish_run(o).assert_refused("executable_drift");
 }
+
+#[test]
+fn a_big_script_rewritten_while_it_is_hashed_and_copied_runs_the_approved_bytes_or_nothing() {
+    // Above a few MiB the runner hashes on one thread while another copies
+    // the same buffers into the sealed memfd. A writer rewrites the file in
+    // place (same inode, same length) at several moments of that pass; the
+    // line that matters sits at the very end, in the last chunk read.
+    let e = Env::new();
+    let script = |word: &str| {
+        let mut body = b"#!/bin/sh\n".to_vec();
+        let filler = "# filler line of the big approved script\n";
+        while body.len() < (9 << 20) {
+            body.extend_from_slice(filler.as_bytes());
+        }
+        body.extend_from_slice(format!("echo {word}\n").as_bytes());
+        body
+    };
+    let approved = script("ORIGINAL");
+    let mut rewrites = 0;
+    let mut outcomes = Vec::new();
+    for (i, delay_us) in [0u64, 2000, 8000, 20000].into_iter().enumerate() {
+        let name = format!("big{i}.sh");
+        let path = e.ws.join(&name);
+        std::fs::write(&path, &approved).expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let cmd = [format!("./{name}")];
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        e.approve(&[], &cmd);
+        let watcher = rewrite_on_first_read(
+            path.clone(),
+            script("INJECTED"),
+            Duration::from_micros(delay_us),
+        );
+        let r = e.run(&[], &cmd);
+        rewrites += usize::from(watcher.join().expect("watcher"));
+        outcomes.push(r.code);
+        assert!(
+            !r.stdout_text().contains("INJECTED"),
+            "the rewritten script ran under the approved hash"
+        );
+        if r.code == 125 {
+            r.assert_refused("executable_drift");
+        } else {
+            assert_eq!((r.code, r.class()), (0, "exited"), "stderr: {}", r.stderr);
+            assert_eq!(r.stdout_text().trim(), "ORIGINAL");
+            use sha2::Digest as _;
+            let want = hex::encode(sha2::Sha256::digest(&approved));
+            assert_eq!(
+                r.predicate()["command"]["sha256"].as_str(),
+                Some(want.as_str())
+            );
+        }
+    }
+    assert!(rewrites > 0, "the watcher never rewrote the file");
+    eprintln!("exit codes by delay: {outcomes:?}");
+}
