@@ -224,6 +224,7 @@ fn cancel_escalates_after_the_cancel_grace_not_the_kill_grace() {
     );
 }
 
+#[cfg(feature = "fault-injection")]
 fn journal_list(e: &Env) -> Value {
     let o = output(
         cmd()
@@ -235,6 +236,7 @@ fn journal_list(e: &Env) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+#[cfg(feature = "fault-injection")]
 fn resolve(e: &Env, attempt: &str) -> std::process::Output {
     output(
         cmd()
