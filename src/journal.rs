@@ -362,12 +362,23 @@ fn checkpoint_key(state_dir: &Path) -> Option<[u8; 32]> {
     }
 }
 
+/// The state dir's MAC key (it authenticates journal checkpoints and the
+/// manifest index), created on first use.
+pub fn state_mac_key(state_dir: &Path) -> Option<[u8; 32]> {
+    ensure_dir(&state_dir.join("checkpoints")).ok()?;
+    checkpoint_key(state_dir)
+}
+
 /// Read a whole input file, refusing one larger than `max` bytes. It is
 /// opened as `safe_io::open_input` does: non-blocking, and it must be a
 /// regular file (a FIFO or device never blocks or streams forever), unless
 /// it is the caller's own pipe (`/dev/fd/N`, process substitution).
 pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    let f = crate::safe_io::open_input(path)?;
+    read_bounded_from(crate::safe_io::open_input(path)?, max)
+}
+
+/// [`read_bounded`] from a file already open (read from its offset on).
+pub fn read_bounded_from(f: impl Read, max: u64) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::new();
     f.take(max.saturating_add(1)).read_to_end(&mut out)?;
     if out.len() as u64 > max {

@@ -49,7 +49,13 @@ pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
 pub fn load_manifest(path: &Path) -> Result<Manifest, String> {
     let bytes = crate::journal::read_bounded(path, MAX_MANIFEST_BYTES)
         .map_err(|e| format!("manifest {}: {e}", path.display()))?;
-    let m: Manifest = parse_json(&format!("manifest {}", path.display()), &bytes)?;
+    parse_manifest(path, &bytes)
+}
+
+/// Parse a whole manifest read from `path`: every lease in its closed shape,
+/// the schema checked.
+pub fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest, String> {
+    let m: Manifest = parse_json(&format!("manifest {}", path.display()), bytes)?;
     if m.schema != MANIFEST_SCHEMA {
         return Err(format!(
             "manifest {}: field `schema` is {:?}, expected {MANIFEST_SCHEMA:?}",
@@ -101,7 +107,7 @@ pub fn update_manifest<T>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::*;
     use proptest::prelude::*;
@@ -118,7 +124,7 @@ mod tests {
         }
     }
 
-    fn sample() -> (Lease, SigningKey) {
+    pub(crate) fn sample() -> (Lease, SigningKey) {
         let key = SigningKey::from_bytes(&[9u8; 32]);
         let body = LeaseBody {
             schema: LEASE_SCHEMA.into(),

@@ -39,6 +39,7 @@ pub mod journal;
 pub mod lease;
 pub mod ledger;
 pub mod limits;
+pub mod manifest_index;
 pub mod model;
 pub mod operator;
 pub mod out;

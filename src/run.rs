@@ -31,7 +31,9 @@ use crate::safe_io::WriteTarget;
 use crate::scratch::{self, Scratch};
 use crate::supervise::{self, Ending, RunResult, SuperviseError};
 use crate::sys::{ChildStep, SpawnSpec};
-use crate::{env, escape, exit_code, fault, isolation, lease, process_limit, reach, receipt, sign};
+use crate::{
+    env, escape, exit_code, fault, isolation, manifest_index, process_limit, reach, receipt, sign,
+};
 
 pub struct RunArgs {
     pub goal: PathBuf,
@@ -535,7 +537,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
     if let Selection::Request { request, .. } = &selection {
         draft.request = Some(request.clone());
     }
-    let manifest = match lease::load_manifest(&args.manifest) {
+    let manifest = match manifest_index::load_for(&args.manifest, &state_dir, &selection) {
         Ok(m) => m,
         Err(e) => return refuse_early(&draft, RunError::Manifest(e).into()),
     };

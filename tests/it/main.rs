@@ -21,6 +21,7 @@ mod journal;
 mod lease_rules;
 mod ledger_pg;
 mod lifecycle;
+mod manifest_index;
 mod outcomes;
 mod output;
 mod pipeline;
