@@ -44,7 +44,8 @@ fi
 # The harness only spawns and times processes: a dev build of it is enough
 # (and quick); what is measured is the release binary above.
 harness=$(cargo bench --locked --profile dev --bench governed --no-run --message-format=json \
-  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+  | grep '"name":"governed","src_path"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$harness" ] || { echo "bench.sh: could not find the bench harness executable" >&2; exit 1; }
 prio=()
 if [ "$(id -u)" = 0 ] && [ "${BENCH_RT:-1}" != 0 ] && command -v chrt >/dev/null; then
   prio=(chrt -f 1)

@@ -369,6 +369,11 @@ pub fn state_mac_key(state_dir: &Path) -> Option<[u8; 32]> {
     checkpoint_key(state_dir)
 }
 
+/// [`state_mac_key`] if it exists; never creates it.
+pub fn existing_state_mac_key(state_dir: &Path) -> Option<[u8; 32]> {
+    read_checkpoint_key(state_dir)
+}
+
 /// Read a whole input file, refusing one larger than `max` bytes. It is
 /// opened as `safe_io::open_input` does: non-blocking, and it must be a
 /// regular file (a FIFO or device never blocks or streams forever), unless

@@ -537,10 +537,11 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
     if let Selection::Request { request, .. } = &selection {
         draft.request = Some(request.clone());
     }
-    let manifest = match manifest_index::load_for(&args.manifest, &state_dir, &selection) {
-        Ok(m) => m,
-        Err(e) => return refuse_early(&draft, RunError::Manifest(e).into()),
-    };
+    let (manifest, pending_index) =
+        match manifest_index::load_for(&args.manifest, &state_dir, &selection) {
+            Ok(loaded) => (loaded.manifest, loaded.index),
+            Err(e) => return refuse_early(&draft, RunError::Manifest(e).into()),
+        };
     let trust = match sign::load_verifying_key(&args.trust) {
         Ok(k) => k,
         Err(e) => return refuse_early(&draft, RunError::Trust(e).into()),
@@ -634,7 +635,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         }
     };
     draft.request = Some(admitted.lease.body.request.clone());
-    execute(
+    let ended = execute(
         draft,
         admitted,
         (session, &*led),
@@ -644,7 +645,13 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         args.stream,
         sweep,
         signals,
-    )
+    );
+    // After the run, outside the Goal's lock: only an admitted run writes
+    // the manifest index, and its write never delays the child.
+    if let Some(index) = pending_index {
+        index.write();
+    }
+    ended
 }
 
 #[allow(clippy::too_many_arguments)]
