@@ -47,7 +47,7 @@ pub enum Criterion {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sha256: Option<String>,
     },
-    NoLeftoverProcesses,
+    NoLeftoverProcesses {},
     Outcome {
         #[serde(rename = "in")]
         allowed: Vec<OutcomeClass>,

@@ -254,7 +254,7 @@ fn judge(
                     ));
                 }
             }
-            Criterion::NoLeftoverProcesses => {
+            Criterion::NoLeftoverProcesses {} => {
                 if p.cleanup.state != CleanupState::Gone || p.cleanup.leftover_processes_killed > 0
                 {
                     unmet.push(format!("no_leftover_processes: {} process(es) outlived the main process (cleanup {:?})", p.cleanup.leftover_processes_killed, p.cleanup.state));

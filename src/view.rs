@@ -649,7 +649,7 @@ pub fn verify_rows(criteria: &[Criterion], unmet: &[String], journal: bool) -> V
                 let f = take("exit_code:");
                 push(format!("exit_code equals {equals}"), f);
             }
-            Criterion::NoLeftoverProcesses => {
+            Criterion::NoLeftoverProcesses {} => {
                 let f = take("no_leftover_processes:");
                 push("no_leftover_processes".into(), f);
             }
@@ -772,7 +772,7 @@ mod tests {
     #[test]
     fn an_inauthentic_receipt_leaves_criteria_unchecked() {
         let rows = verify_rows(
-            &[Criterion::NoLeftoverProcesses],
+            &[Criterion::NoLeftoverProcesses {}],
             &["authentic: no signature verifies".into()],
             true,
         );

@@ -65,6 +65,32 @@ fn goal_with_unknown_kind_is_rejected_everywhere() {
 }
 
 #[test]
+fn an_unknown_field_in_any_criterion_kind_is_named_and_rejected() {
+    // Every kind is a closed shape, the one without fields included.
+    for criterion in [
+        r#"{ "kind": "no_leftover_processes", "timeout": 5 }"#,
+        r#"{ "kind": "exit_code", "equals": 0, "timeout": 5 }"#,
+        r#"{ "kind": "outcome", "in": ["exited"], "timeout": 5 }"#,
+        r#"{ "kind": "file", "path": "a", "timeout": 5 }"#,
+    ] {
+        let e = Env::new();
+        e.set_goal(&format!(
+            r#"{{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1, "criteria": [ {criterion} ] }}"#
+        ));
+        let o = output(&mut e.approve_cmd(&[], &["true"]));
+        assert_eq!(o.status.code(), Some(2), "{criterion}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("timeout"),
+            "{criterion}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let r = e.run(&[], &["true"]);
+        assert_eq!(r.code, 125, "{criterion}");
+        assert!(r.stderr.contains("timeout"), "{criterion}: {}", r.stderr);
+    }
+}
+
+#[test]
 fn goal_revision_bump_invalidates_the_lease() {
     let e = Env::new();
     e.approve(&[], &["true"]);
