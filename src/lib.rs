@@ -110,16 +110,18 @@ pub fn cli_main() -> i32 {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 let _ = e.print();
                 return 0;
             }
             let is_run = std::env::args().nth(1).as_deref() == Some("run");
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand && !is_run {
+                // `governed-exec`, `governed-exec journal`: the help, on
+                // stderr, and bad usage (a CI line missing its subcommand
+                // must not pass).
+                let _ = e.print();
+                return exit_code::USAGE;
+            }
             let one_line = one_line_error(&e.to_string());
             if is_run {
                 return run::refuse_unparsed(one_line);

@@ -246,3 +246,27 @@ fn bad_run_usage_exits_125() {
         Some(1)
     );
 }
+
+#[test]
+fn a_missing_subcommand_is_bad_usage_and_help_is_success() {
+    for args in [&[][..], &["journal"][..], &["receipt"][..]] {
+        let o = output(cmd().args(args));
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(o.stdout.is_empty(), "{args:?}: help goes to stderr");
+        assert!(
+            !o.stderr.is_empty(),
+            "{args:?}: the help names what is missing"
+        );
+    }
+    for args in [
+        &["--help"][..],
+        &["journal", "--help"][..],
+        &["--version"][..],
+    ] {
+        assert_eq!(output(cmd().args(args)).status.code(), Some(0), "{args:?}");
+    }
+    // `run` with nothing: still a refusal receipt (exit 125), never help.
+    let o = output(cmd().arg("run"));
+    assert_eq!(o.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("payload"));
+}
