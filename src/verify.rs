@@ -69,6 +69,16 @@ pub fn verify(
     let trust = sign::load_verifying_key(trust_path).map_err(|e| e.to_string())?;
     let bytes = crate::journal::read_bounded(receipt_path, crate::receipt::MAX_RECEIPT_BYTES)
         .map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
+    // A file that is not a receipt at all (not JSON, not an envelope of the
+    // closed shape, or a statement the trusted key signed that this version
+    // cannot read) is bad input, exit 2, naming what is wrong; a receipt
+    // that is one but does not hold (a signature that fails, another goal,
+    // an outcome the criteria refuse) is a NOT_VERIFIED verdict.
+    let shown = receipt_path.display();
+    let env: crate::model::Envelope = parse_json(&format!("receipt {shown}"), &bytes)?;
+    if let Ok(payload) = sign::verify_envelope(&env, &trust) {
+        parse_json::<Statement>(&format!("receipt {shown}: statement"), &payload)?;
+    }
     let mut v = judge(&goal, &bytes, &trust, cross_check.as_deref());
     v.key_in_reach_allowed = allow_key_in_reach;
     if allow_key_in_reach {

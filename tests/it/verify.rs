@@ -63,7 +63,7 @@ fn an_edited_receipt_is_not_verified() {
 }
 
 #[test]
-fn a_receipt_with_an_unknown_field_or_wrong_payload_type_is_not_verified() {
+fn a_receipt_with_an_unknown_field_is_bad_input_and_a_wrong_payload_type_is_not_verified() {
     let e = Env::new();
     let receipt = verified_receipt(&e);
     let env: serde_json::Value =
@@ -71,7 +71,10 @@ fn a_receipt_with_an_unknown_field_or_wrong_payload_type_is_not_verified() {
     let mut extra = env.clone();
     extra["note"] = "hi".into();
     std::fs::write(&receipt, serde_json::to_vec(&extra).expect("json")).expect("write");
-    assert_eq!(e.verify(&receipt).0, 1);
+    // CONTRACT §5: an unknown field is bad input (2), named.
+    let o = output(e.verify_cmd(&receipt, &e.runner_pub()));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("note"));
     let mut wrong = env.clone();
     wrong["payloadType"] = "application/json".into();
     std::fs::write(&receipt, serde_json::to_vec(&wrong).expect("json")).expect("write");
@@ -189,4 +192,59 @@ fn sha256_contains_and_absence_criteria_are_checked() {
         lines.iter().any(|l| l.contains("does not contain")),
         "{out}"
     );
+}
+
+#[test]
+fn a_file_that_is_not_a_receipt_is_bad_input_but_a_receipt_that_fails_is_not_verified() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let (_, good) = e.run_to_file("r.json", &["true"]);
+    assert_eq!(e.verify(&good).0, 0);
+    let env: serde_json::Value = serde_json::from_slice(&std::fs::read(&good).unwrap()).unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let p = e.path(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    };
+    // Not a receipt: exit 2, one line naming the file (and the field).
+    let mut extra = env.clone();
+    extra["extra"] = serde_json::json!(1);
+    for (p, names) in [
+        (write("garbage.json", b"garbage"), "garbage.json"),
+        (write("empty-object.json", b"{}"), "payload"),
+        (
+            write("extra.json", &serde_json::to_vec(&extra).unwrap()),
+            "extra",
+        ),
+    ] {
+        let o = output(e.verify_cmd(&p, &e.runner_pub()));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {err}", p.display());
+        assert!(err.contains(names), "{}: {err}", p.display());
+        assert!(
+            o.stdout.is_empty(),
+            "no verdict for a file that is no receipt"
+        );
+    }
+    // A receipt whose payload was altered: its signature fails, NOT_VERIFIED.
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut stmt: serde_json::Value =
+        serde_json::from_slice(&b64.decode(env["payload"].as_str().unwrap()).unwrap()).unwrap();
+    stmt["predicate"]["outcome"]["exit_code"] = serde_json::json!(0);
+    stmt["predicate"]["attempt_id"] = serde_json::json!("att-forged");
+    let mut forged = env.clone();
+    forged["payload"] = serde_json::json!(b64.encode(serde_json::to_vec(&stmt).unwrap()));
+    let p = write("forged.json", &serde_json::to_vec(&forged).unwrap());
+    let o = output(e.verify_cmd(&p, &e.runner_pub()));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("NOT_VERIFIED\n"));
+    // Signed by another key than the trusted one: NOT_VERIFIED too.
+    let other = e.path("approver.pub");
+    let o = output(e.verify_cmd(&good, &other));
+    assert_eq!(o.status.code(), Some(1));
 }
