@@ -8,6 +8,7 @@
 //! argument the kernel rejects before creating anything. An approver runs
 //! it on the target before approving.
 
+use nix::sys::resource::{getrlimit, Resource};
 use serde::Serialize;
 
 use crate::cgroup::{self, RunCgroups};
@@ -62,6 +63,43 @@ fn check(name: &'static str, r: Result<(String, String), String>) -> Check {
             mechanism: None,
             detail,
         },
+    }
+}
+
+/// `CAP_SYS_RESOURCE`: raise a hard rlimit.
+const CAP_SYS_RESOURCE: u32 = 24;
+
+/// Whether the child could set `resource` to the largest tier's value: a
+/// hard limit can only be lowered without `CAP_SYS_RESOURCE`.
+fn rlimit_check(
+    resource: Resource,
+    mechanism: &str,
+    largest: u64,
+    can_raise: bool,
+) -> Result<(String, String), String> {
+    let hard = getrlimit(resource).map(|(_, hard)| hard).unwrap_or(0);
+    let shown = |v: u64| {
+        if v == libc::RLIM_INFINITY {
+            "unlimited".to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    if can_raise || hard >= largest {
+        Ok((
+            mechanism.to_string(),
+            format!(
+                "setrlimit in the child before exec (soft = hard = the lease's value); this process's hard limit: {}{}",
+                shown(hard),
+                if can_raise { ", and it may raise it (CAP_SYS_RESOURCE)" } else { "" }
+            ),
+        ))
+    } else {
+        Err(format!(
+            "this process's hard limit is {} (below the long tier's {largest}) and it cannot raise it (no CAP_SYS_RESOURCE): a lease above {} ends exec_failed at setrlimit; approve a value at most that",
+            shown(hard),
+            shown(hard)
+        ))
     }
 }
 
@@ -129,6 +167,56 @@ pub fn report() -> Report {
         } else {
             Err("the child runs as root (governed-exec's uid), which RLIMIT_NPROC does not bind; it binds a child approved with --as-user to a non-root uid".into())
         },
+    ));
+    // The other limits of a lease: rlimits the child sets on itself just
+    // before exec (soft = hard = the lease's value), and the runner's own
+    // deadline and output cap.
+    let long = tier(Profile::Long);
+    let can_raise = euid == 0 && sys::has_effective_capability(CAP_SYS_RESOURCE);
+    for (name, resource, rlimit, largest) in [
+        (
+            "memory",
+            Resource::RLIMIT_AS,
+            "rlimit_as",
+            long.memory_bytes,
+        ),
+        (
+            "cpu_time",
+            Resource::RLIMIT_CPU,
+            "rlimit_cpu",
+            long.cpu_time_s,
+        ),
+        (
+            "open_files",
+            Resource::RLIMIT_NOFILE,
+            "rlimit_nofile",
+            long.max_open_files,
+        ),
+        (
+            "file_size",
+            Resource::RLIMIT_FSIZE,
+            "rlimit_fsize",
+            long.max_file_size_bytes,
+        ),
+    ] {
+        checks.push(check(
+            name,
+            rlimit_check(resource, rlimit, largest, can_raise),
+        ));
+    }
+    checks.push(check(
+        "wall_time",
+        Ok((
+            "deadline".into(),
+            "the runner's own deadline: TERM to the whole tree, then KILL after the kill grace; `timed_out_reaped` only once every process was observed gone".into(),
+        )),
+    ));
+    checks.push(check(
+        "output_cap",
+        Ok((
+            "drain_count".into(),
+            "the runner drains and counts both streams: past the lease's output cap the tree is killed (`output_limit_reaped` once observed gone)".into(),
+        )),
     ));
     checks.push(check(
         "enclosing_pids_max",

@@ -352,3 +352,46 @@ fn unprivileged_namespaces_go_through_a_user_namespace_where_the_kernel_allows()
     let t = r.stdout_text();
     assert!(t.contains("ns_pid=1 uid=65534"), "{t}");
 }
+
+#[test]
+fn doctor_reports_every_limit_of_a_lease_and_why_one_cannot_be_set() {
+    let e = Env::new();
+    let d = doctor_json(cmd().args(["doctor", "--json"]));
+    for (name, mechanism) in [
+        ("memory", "rlimit_as"),
+        ("cpu_time", "rlimit_cpu"),
+        ("open_files", "rlimit_nofile"),
+        ("file_size", "rlimit_fsize"),
+        ("wall_time", "deadline"),
+        ("output_cap", "drain_count"),
+    ] {
+        let c = check(&d, name);
+        assert_eq!(c["mechanism"], mechanism, "{c}");
+    }
+    if !is_root() {
+        eprintln!(
+            "SKIP (the hard-limit half): needs root to lower a hard limit and drop to uid 65534"
+        );
+        return;
+    }
+    // A runner whose hard RLIMIT_NOFILE is below the long tier's 4096 and
+    // that cannot raise it: doctor says so, with the number.
+    let bin = nobody_copy_of_binary(&e);
+    let o = output_settled({
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(r#"ulimit -Sn 64 && ulimit -Hn 64 && exec setpriv --reuid 65534 --regid 65534 --clear-groups -- "$0" doctor --json"#)
+            .arg(&bin);
+        c
+    });
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let d: Value = serde_json::from_slice(&o.stdout).expect("doctor --json");
+    let c = check(&d, "open_files");
+    assert_eq!(c["available"], false, "{c}");
+    assert!(c["detail"].as_str().unwrap_or("").contains("64"), "{c}");
+}
