@@ -541,7 +541,9 @@ pub fn receipt_text(statement: &Value) -> String {
         let mut first = true;
         for line in wrap(&r.value, WIDTH - LABEL - 2) {
             let label = if first { r.label.as_str() } else { "" };
-            out.push_str(&format!("  {label:<w$}{line}\n", w = LABEL));
+            // A label as long as the column still gets a space after it.
+            let w = LABEL.max(columns(&r.label) + 1);
+            out.push_str(&format!("  {label:<w$}{line}\n"));
             first = false;
         }
     }
