@@ -12,7 +12,11 @@ use sha2::{Digest, Sha256};
 use crate::model::StreamRecord;
 
 pub struct StreamCapture {
-    keep: usize,
+    /// The lease's kept bytes per stream are split: the first half (rounded
+    /// up) from the start of the stream, the rest from its end, so head and
+    /// tail together never hold more than the lease says (CONTRACT §2).
+    head_keep: usize,
+    tail_keep: usize,
     head: Vec<u8>,
     tail: VecDeque<u8>,
     bytes: u64,
@@ -22,8 +26,10 @@ pub struct StreamCapture {
 impl StreamCapture {
     pub fn new(keep: u64) -> Self {
         let keep = usize::try_from(keep).unwrap_or(usize::MAX);
+        let tail_keep = keep / 2;
         StreamCapture {
-            keep,
+            head_keep: keep - tail_keep,
+            tail_keep,
             head: Vec::new(),
             tail: VecDeque::new(),
             bytes: 0,
@@ -34,20 +40,20 @@ impl StreamCapture {
     pub fn push(&mut self, mut data: &[u8]) {
         self.hasher.update(data);
         self.bytes += data.len() as u64;
-        let room = self.keep.saturating_sub(self.head.len());
+        let room = self.head_keep.saturating_sub(self.head.len());
         if room > 0 {
             let take = room.min(data.len());
             self.head.extend_from_slice(&data[..take]);
             data = &data[take..];
         }
-        if data.is_empty() || self.keep == 0 {
+        if data.is_empty() || self.tail_keep == 0 {
             return;
         }
-        if data.len() >= self.keep {
+        if data.len() >= self.tail_keep {
             self.tail.clear();
-            self.tail.extend(&data[data.len() - self.keep..]);
+            self.tail.extend(&data[data.len() - self.tail_keep..]);
         } else {
-            let overflow = (self.tail.len() + data.len()).saturating_sub(self.keep);
+            let overflow = (self.tail.len() + data.len()).saturating_sub(self.tail_keep);
             self.tail.drain(..overflow);
             self.tail.extend(data);
         }
@@ -99,7 +105,7 @@ mod tests {
 
     #[test]
     fn head_tail_and_counts() {
-        let mut c = StreamCapture::new(4);
+        let mut c = StreamCapture::new(8);
         c.push(b"abcdefghij");
         c.push(b"kl");
         let r = c.finish(true);
@@ -107,6 +113,33 @@ mod tests {
         assert_eq!(r.omitted_bytes, 4);
         assert!(r.text.starts_with("abcd"));
         assert!(r.text.ends_with("ijkl"));
+    }
+
+    #[test]
+    fn head_and_tail_together_hold_at_most_the_kept_bytes() {
+        use base64::Engine as _;
+        let decoded = |b: &str| STANDARD.decode(b).unwrap_or_default();
+        for keep in [0u64, 1, 2, 3, 7, 100] {
+            for len in [0usize, 1, 3, 7, 50, 1000] {
+                let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
+                let mut c = StreamCapture::new(keep);
+                for piece in data.chunks(3) {
+                    c.push(piece);
+                }
+                let r = c.finish(true);
+                let (head, tail) = (decoded(&r.head_b64), decoded(&r.tail_b64));
+                assert!(
+                    (head.len() + tail.len()) as u64 <= keep,
+                    "keep {keep}, len {len}"
+                );
+                assert_eq!(head.len() + tail.len() + r.omitted_bytes as usize, len);
+                assert!(data.starts_with(&head) && data.ends_with(&tail));
+                if len as u64 <= keep {
+                    // Nothing lost: head then tail is the whole stream.
+                    assert_eq!([head, tail].concat(), data, "keep {keep}, len {len}");
+                }
+            }
+        }
     }
 
     #[test]

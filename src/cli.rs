@@ -190,7 +190,7 @@ pub struct ApproveCmd {
     pub max_open_files: Option<u64>,
     #[arg(long, value_parser = parse_size)]
     pub max_file_size: Option<u64>,
-    /// Kept bytes per stream (head and tail each).
+    /// Kept bytes per stream, head and tail together (half each).
     #[arg(long, value_parser = parse_size)]
     pub keep_output: Option<u64>,
     /// Hard cap on total output; passing it kills the run.

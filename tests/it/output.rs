@@ -99,3 +99,34 @@ fn stream_mirrors_output_live_to_stderr() {
     let r = e.run(&["--stream"], &["echo", "mirrored-line"]);
     assert!(r.stderr.contains("mirrored-line"), "{}", r.stderr);
 }
+
+#[test]
+fn keep_output_bounds_head_and_tail_together() {
+    // CONTRACT §2: `--keep-output` is the kept bytes per stream.
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let e = Env::new();
+    let probe = ["sh", "-c", "seq 1 5000; seq 1 3000 >&2"];
+    e.approve(&["--keep-output", "1000"], &probe);
+    let r = e.run(&[], &probe);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for name in ["stdout", "stderr"] {
+        let s = &r.predicate()["streams"][name];
+        let head = b64.decode(s["head_b64"].as_str().unwrap()).unwrap();
+        let tail = b64.decode(s["tail_b64"].as_str().unwrap()).unwrap();
+        assert_eq!(head.len() + tail.len(), 1000, "{name}");
+        assert_eq!(
+            head.len() as u64 + tail.len() as u64 + s["omitted_bytes"].as_u64().unwrap(),
+            s["bytes"].as_u64().unwrap()
+        );
+        assert!(head.starts_with(b"1\n2\n3\n"), "{name}");
+    }
+    let tail = b64
+        .decode(
+            r.predicate()["streams"]["stdout"]["tail_b64"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(tail.ends_with(b"4999\n5000\n"));
+}
