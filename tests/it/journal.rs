@@ -387,46 +387,38 @@ fn journal_commands_on_a_state_dir_or_ledger_that_is_not_there_are_bad_input() {
     // A typo or an unmounted file system must not read as a sound, empty
     // journal.
     let e = Env::new();
+    let journal = |flag: &str, dir: &std::path::Path, action: &str| {
+        output(cmd().arg("journal").arg(flag).arg(dir).arg(action))
+            .status
+            .code()
+    };
     let missing = e.path("no-such-dir");
     for action in ["verify", "list"] {
-        let o = output(
-            cmd()
-                .arg("journal")
-                .arg("--state-dir")
-                .arg(&missing)
-                .arg(action),
+        assert_eq!(
+            journal("--state-dir", &missing, action),
+            Some(2),
+            "state dir, {action}"
         );
-        assert_eq!(o.status.code(), Some(2), "state dir, {action}");
-        assert!(String::from_utf8_lossy(&o.stderr).contains("no-such-dir"));
-        let o = output(
-            cmd()
-                .arg("journal")
-                .arg("--ledger")
-                .arg(&missing)
-                .arg(action),
+        assert_eq!(
+            journal("--ledger", &missing, action),
+            Some(2),
+            "ledger, {action}"
         );
-        assert_eq!(o.status.code(), Some(2), "ledger, {action}");
     }
-    // A directory that is not a ledger (no journal/ in it).
-    let empty = e.path("empty");
-    std::fs::create_dir(&empty).unwrap();
-    let o = output(
-        cmd()
-            .arg("journal")
-            .arg("--ledger")
-            .arg(&empty)
-            .arg("verify"),
-    );
-    assert_eq!(o.status.code(), Some(2));
-    // A state dir that exists but has seen no run yet is fine and empty.
-    let fresh = e.path("fresh-state");
-    std::fs::create_dir(&fresh).unwrap();
     let o = output(
         cmd()
             .arg("journal")
             .arg("--state-dir")
-            .arg(&fresh)
+            .arg(&missing)
             .arg("verify"),
     );
-    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no-such-dir"));
+    // A directory that is not a ledger (no journal/ in it).
+    let empty = e.path("empty");
+    std::fs::create_dir(&empty).unwrap();
+    assert_eq!(journal("--ledger", &empty, "verify"), Some(2));
+    // A state dir that exists but has seen no run yet is fine and empty.
+    let fresh = e.path("fresh-state");
+    std::fs::create_dir(&fresh).unwrap();
+    assert_eq!(journal("--state-dir", &fresh, "verify"), Some(0));
 }

@@ -145,20 +145,11 @@ fn lease_signed_by_another_key_is_refused() {
     e.approve(&[], &["true"]);
     let o = output(cmd().arg("keygen").arg("--out").arg(e.path("other")));
     assert!(o.status.success());
-    let r = finish_run(output(
-        cmd()
-            .arg("run")
-            .arg("--goal")
-            .arg(&e.goal)
-            .arg("--manifest")
-            .arg(&e.manifest)
-            .arg("--trust")
-            .arg(e.path("other.pub"))
-            .arg("--state-dir")
-            .arg(&e.state)
-            .arg("--")
-            .arg("true"),
-    ));
+    let r = finish_run(output(e.run_cmd_trusting(
+        &e.path("other.pub"),
+        &[],
+        &["true"],
+    )));
     r.assert_refused("lease_signature_invalid");
 }
 

@@ -239,20 +239,11 @@ fn a_run_refused_for_bad_input_writes_no_index() {
     let cmd = ["sh", "-c", "echo x"];
     e.approve(&[], &cmd);
     settle();
-    let r = finish_run(output(
-        crate::support::cmd()
-            .arg("run")
-            .arg("--goal")
-            .arg(&e.goal)
-            .arg("--manifest")
-            .arg(&e.manifest)
-            .arg("--trust")
-            .arg(e.path("missing.pub"))
-            .arg("--state-dir")
-            .arg(&e.state)
-            .arg("--")
-            .args(cmd),
-    ));
+    let r = finish_run(output(e.run_cmd_trusting(
+        &e.path("missing.pub"),
+        &[],
+        &cmd,
+    )));
     r.assert_refused("invalid_input");
     assert!(index_files(&e).is_empty(), "a refused run wrote an index");
     assert!(

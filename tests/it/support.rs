@@ -164,6 +164,11 @@ impl Env {
     }
 
     pub fn run_cmd(&self, flags: &[&str], command: &[&str]) -> Command {
+        self.run_cmd_trusting(&self.trust, flags, command)
+    }
+
+    /// [`Env::run_cmd`] with another `--trust` key file.
+    pub fn run_cmd_trusting(&self, trust: &Path, flags: &[&str], command: &[&str]) -> Command {
         let mut c = cmd();
         c.arg("run")
             .arg("--goal")
@@ -171,7 +176,7 @@ impl Env {
             .arg("--manifest")
             .arg(&self.manifest)
             .arg("--trust")
-            .arg(&self.trust)
+            .arg(trust)
             .arg("--state-dir")
             .arg(&self.state)
             .args(flags);
