@@ -100,7 +100,11 @@ impl PendingIndex {
         let mac = journal::hmac_sha256(&key, text.as_bytes());
         let _ = writeln!(text, "mac {}", hex::encode(mac));
         if let Some(dir) = self.at.parent() {
-            if journal::ensure_dir(dir).is_ok() {
+            // Only into a real directory of the state dir: one replaced by a
+            // symlink would carry the write elsewhere.
+            let real_dir = journal::ensure_dir(dir).is_ok()
+                && std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
+            if real_dir {
                 let _ = safe_io::replace_file(&self.at, text.as_bytes(), 0o600);
             }
         }

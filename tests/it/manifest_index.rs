@@ -271,3 +271,23 @@ fn a_lease_with_an_unknown_field_still_fails_the_whole_manifest_after_an_edit() 
     assert_eq!(r.code, 125, "{}", r.stderr);
     assert!(r.stderr.contains("surprise"), "{}", r.stderr);
 }
+
+#[test]
+fn a_symlink_planted_at_the_index_directory_is_not_written_through() {
+    let e = Env::new();
+    let cmd = ["sh", "-c", "echo planted"];
+    crowded(&e, 1, &cmd);
+    let elsewhere = e.path("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::create_dir_all(&e.state).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, e.state.join("manifest-index")).unwrap();
+    settle();
+    assert_eq!(e.run(&[], &cmd).class(), "exited");
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "the index was written through the planted symlink"
+    );
+    // Runs keep working (through the full parse).
+    assert_eq!(e.run(&[], &cmd).class(), "exited");
+}
