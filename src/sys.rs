@@ -803,11 +803,17 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         if libc::getppid() != p.parent {
             child_fail(p.err_w, ChildStep::ParentGone);
         }
-        if let Some(m) = p.mounts {
-            setup_mounts(m, p.err_w);
-        }
+        // Enter the checked cwd *before* a mount namespace is made:
+        // unshare(CLONE_NEWNS) moves the cwd onto the new namespace's copy
+        // of its mount. An fchdir after it would go back to the runner's
+        // mount tree, from where `..` walks around every covering mount
+        // (the key, the state dir, the read-only /proc/sys and /sys) and
+        // out of the run's cgroups.
         if libc::fchdir(p.cwd) < 0 {
             child_fail(p.err_w, ChildStep::Chdir);
+        }
+        if let Some(m) = p.mounts {
+            setup_mounts(m, p.err_w);
         }
         for &(resource, value) in p.rlimits {
             let lim = libc::rlimit {

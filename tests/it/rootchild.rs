@@ -278,18 +278,12 @@ exit 0"#,
 }
 
 fn assert_key_not_read(r: &Run, key: &Path) {
-    let pem = std::fs::read_to_string(key).expect("key");
-    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    assert_key_not_read_plain(r, key);
     let out = format!(
         "{}{}",
         r.stdout_text(),
         r.predicate()["streams"]["stderr"]["text"]
     );
-    assert!(
-        !out.contains("PRIVATE KEY"),
-        "the child read the key: {out}"
-    );
-    assert!(!out.contains(&body), "the child read the key: {out}");
     assert!(
         out.contains("ptrace-attach -1"),
         "ptrace attach to the runner did not fail: {out}"
@@ -519,4 +513,62 @@ fn a_root_runner_without_cap_sys_admin_still_runs_isolated_children_and_says_wha
         "{s}"
     );
     assert_eq!(r.predicate()["cleanup"]["evadable"], false);
+}
+
+#[test]
+fn an_isolated_root_child_cannot_leave_its_mount_namespace_through_its_cwd() {
+    // The child's cwd must be in its own mount namespace: a cwd left in the
+    // runner's tree lets `..` walk around every covering mount (the key, the
+    // state dir, the read-only /proc/sys and /sys) and out of the cgroups.
+    require_root!("an_isolated_root_child_cannot_leave_its_mount_namespace_through_its_cwd");
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let _ = e.run(&[], &["true"]);
+    let key = e.state.join("runner.key");
+    let ws = std::fs::canonicalize(&e.ws).expect("ws");
+    let up = vec![".."; ws.components().count() - 1].join("/");
+    let script = format!(
+        r#"/bin/pwd
+cat ../state/runner.key
+echo $$ > {up}/sys/fs/cgroup/pids/cgroup.procs 2>/dev/null && echo ESCAPED-PIDS
+echo $$ > {up}/sys/fs/cgroup/unified/cgroup.procs 2>/dev/null && echo ESCAPED-V2
+v=$(cat {up}/proc/sys/vm/overcommit_ratio 2>/dev/null)
+[ -n "$v" ] && echo "$v" > {up}/proc/sys/vm/overcommit_ratio 2>/dev/null && echo WROTE-PROC-SYS
+exit 0"#
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    for flags in [
+        &["--no-network"][..],
+        &["--pid-namespace"][..],
+        &["--fs-write-scope"][..],
+    ] {
+        e.approve(flags, &probe);
+        let r = e.run(&[], &probe);
+        assert_eq!(r.class(), "exited", "{flags:?}: {}", r.stderr);
+        let out = r.stdout_text();
+        assert_eq!(
+            out.lines().next(),
+            Some(ws.to_str().expect("utf-8")),
+            "{flags:?}: the child's cwd is not in its own mount namespace: {out}"
+        );
+        assert_key_not_read_plain(&r, &key);
+        for escaped in ["ESCAPED-PIDS", "ESCAPED-V2", "WROTE-PROC-SYS"] {
+            assert!(!out.contains(escaped), "{flags:?}: {escaped}: {out}");
+        }
+    }
+}
+
+/// The key's text appears nowhere in what the child printed.
+fn assert_key_not_read_plain(r: &Run, key: &Path) {
+    let pem = std::fs::read_to_string(key).expect("key");
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let out = format!(
+        "{}{}",
+        r.stdout_text(),
+        r.predicate()["streams"]["stderr"]["text"]
+    );
+    assert!(
+        !out.contains("PRIVATE KEY") && !out.contains(&body),
+        "the child read the key: {out}"
+    );
 }
