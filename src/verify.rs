@@ -306,7 +306,15 @@ fn judge(
     }
     if let Some(l) = ledger {
         if let Some(why) = cross_check_journal(l, &stmt, &payload) {
-            unmet.push(format!("journal: {why}"));
+            // The receipt says where its use was counted; when that is not
+            // the ledger given, say so (a lease may name its own ledger).
+            let hint = match &p.ledger {
+                Some(counted) if *counted != l.name() => format!(
+                    " (the receipt says its use was counted in {counted}: cross-check with --ledger naming that one)"
+                ),
+                _ => String::new(),
+            };
+            unmet.push(format!("journal: {why}{hint}"));
         }
     }
     Verdict {

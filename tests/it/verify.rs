@@ -248,3 +248,31 @@ fn a_file_that_is_not_a_receipt_is_bad_input_but_a_receipt_that_fails_is_not_ver
     let o = output(e.verify_cmd(&good, &other));
     assert_eq!(o.status.code(), Some(1));
 }
+
+#[test]
+fn a_cross_check_against_another_ledger_than_the_receipts_says_which_one_counted_it() {
+    let e = Env::new();
+    let ledger = e.path("ledger");
+    e.approve(&["--ledger", ledger.to_str().unwrap()], &["true"]);
+    let (r, receipt) = e.run_to_file("r.json", &["true"]);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    let o = output(
+        e.verify_cmd(&receipt, &e.runner_pub())
+            .arg("--state-dir")
+            .arg(&e.state),
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains(ledger.to_str().unwrap()), "{out}");
+    let o = output(
+        e.verify_cmd(&receipt, &e.runner_pub())
+            .arg("--ledger")
+            .arg(&ledger),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
