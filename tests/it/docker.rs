@@ -294,7 +294,9 @@ fn default_docker_run_runs_an_approved_command_and_the_receipt_verifies() {
 fn pids_limit_is_the_named_mechanism_and_bounds_a_fork_storm() {
     let image = require_docker!("pids_limit_is_the_named_mechanism_and_bounds_a_fork_storm");
     let b = Volume::new(&image);
-    let storm = "i=0; while [ $i -lt 150 ]; do sleep 3 & i=$((i+1)); done; wait; echo storm-over";
+    // Sleeps long enough that they pile up however slowly a loaded machine
+    // forks (with `sleep 3` they could end before the 64th fork under load).
+    let storm = "i=0; while [ $i -lt 150 ]; do sleep 30 & i=$((i+1)); done; wait; echo storm-over";
     let script = format!(
         "{APPROVE} -- sh -c '{storm}' 2>/dev/null && exec {RUN} --receipt /work/receipt.json -- sh -c '{storm}'"
     );
