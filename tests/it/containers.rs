@@ -180,7 +180,7 @@ fn readonly_cgroupfs_uses_the_enclosing_pids_max_or_refuses_or_honours_the_waive
         return;
     };
     let e = Env::new();
-    let storm = "i=0; while [ $i -lt 150 ]; do sleep 3 & i=$((i+1)); done; echo forked; wait; echo storm-over";
+    let storm = "i=0; while [ $i -lt 150 ]; do sleep 30 & i=$((i+1)); done; echo forked; wait; echo storm-over";
     let probe = ["sh", "-c", storm];
     // max_processes 1024 >= 64: the enclosing limit is the mechanism.
     e.approve(&[], &probe);
