@@ -40,6 +40,8 @@ pub struct Prepared {
     /// A non-root runner under isolation: the Landlock ruleset that denies
     /// the child its key and state dir.
     pub landlock_guard_fd: Option<OwnedFd>,
+    /// The rights the guard handles (bits), for the child's fresh mounts.
+    pub landlock_guard_access: u64,
     /// Whether that ruleset covers every path of the key (as `key_covered`).
     pub key_landlocked: Option<Result<String, String>>,
 }
@@ -351,7 +353,15 @@ pub fn prepare(
     // A non-root runner under isolation: a child of its own uid is kept from
     // the key and the state dir by Landlock (which also forbids it to ptrace
     // the runner, outside its domain).
-    let (landlock_guard_fd, key_landlocked) = if euid != 0 && any_isolation(req) {
+    //
+    // A uid-0 child under isolation gets the same guard on top of its mount
+    // namespace: without it, root may rename a directory above the covered
+    // state dir or key (a cover moves with its mountpoint's parent) and
+    // plant its own in their place, and may make a user namespace of its
+    // own in which it mounts cgroupfs and raises its pids.max. A Landlock
+    // domain forbids both: the guard leaves the directories above the key
+    // and the state dir read-only, and no landlocked process may mount.
+    let (landlock_guard_fd, key_landlocked) = if (euid != 0 || root_child) && any_isolation(req) {
         match sys::landlock_abi_version() {
             None => (
                 None,
@@ -359,7 +369,7 @@ pub fn prepare(
                     "the kernel offers no Landlock to deny the child the key".to_string(),
                 )),
             ),
-            Some(abi) => match guard_ruleset(abi, writable, protect) {
+            Some(abi) => match guard_ruleset(abi, writable, protect, root_child) {
                 Ok((fd, how)) => (Some(fd), Some(Ok(how))),
                 Err(why) => (None, Some(Err(why))),
             },
@@ -407,6 +417,8 @@ pub fn prepare(
         mounts,
         root_caps_keep,
         key_covered,
+        landlock_guard_access: sys::landlock_abi_version()
+            .map_or(0, |abi| AccessFs::from_all(ABI::from(abi as i32)).bits()),
         landlock_guard_fd,
         key_landlocked,
     })
@@ -436,6 +448,7 @@ fn guard_ruleset(
     abi: i64,
     writable: &[PathBuf],
     protect: &Protect<'_>,
+    root_child: bool,
 ) -> Result<(OwnedFd, String), String> {
     let mounts = reach::mounts();
     let key_paths = reach::aliases(protect.key, &mounts)
@@ -446,8 +459,10 @@ fn guard_ruleset(
             "the key file has {nlink} hard links; Landlock covers paths, not the inode"
         ));
     }
-    // A raw disk this uid can read (group `disk`) holds the key's blocks.
-    if let Some(dev) = readable_block_device() {
+    // A raw disk this uid can read (group `disk`) holds the key's blocks. (A
+    // uid-0 child's devices are its mount namespace's business: a fresh
+    // `/dev` without raw disks, or no cover and so no claim at all.)
+    if let Some(dev) = (!root_child).then(readable_block_device).flatten() {
         return Err(format!(
             "the block device {} is readable by this uid, and the key's blocks with it",
             dev.display()

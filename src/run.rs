@@ -372,14 +372,24 @@ fn signing_report(
                 .root_caps_keep
                 .map(|_| format!("only {}", reach::root_keep_names().join(", ")))
         };
-        match (&prepared.key_covered, kept) {
-            (Some(Ok(how)), Some(kept)) => (
+        let guard = match (&prepared.key_landlocked, prepared.creds.is_some()) {
+            (_, true) => Ok(String::new()),
+            (Some(Ok(how)), false) => Ok(format!("; {how}, and it may not mount")),
+            (Some(Err(why)), false) => Err(why.clone()),
+            (None, false) => Err("no Landlock guard was made".to_string()),
+        };
+        match (&prepared.key_covered, kept, guard) {
+            (Some(Ok(how)), Some(kept), Ok(guarded)) => (
                 true,
                 format!(
-                    "the child ran as uid 0 with {kept} (no CAP_SYS_ADMIN to unmount, no CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_MKNOD, CAP_SYS_RAWIO, CAP_SETUID), in its own mount namespace: {how}, the state dir, cgroupfs and host device nodes covered; the runner is non-dumpable"
+                    "the child ran as uid 0 with {kept} (no CAP_SYS_ADMIN to unmount, no CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_MKNOD, CAP_SYS_RAWIO, CAP_SETUID), in its own mount namespace: {how}, the state dir, cgroupfs and host device nodes covered{guarded}; the runner is non-dumpable"
                 ),
             ),
-            (Some(Err(why)), _) => (false, format!("the child runs as root: {why}")),
+            (Some(Err(why)), _, _) => (false, format!("the child runs as root: {why}")),
+            (Some(Ok(_)), Some(_), Err(why)) => (
+                false,
+                format!("the child runs as root, and without a Landlock guard it could rename a directory above the covered key or state dir and plant its own: {why}"),
+            ),
             _ => (
                 false,
                 "the child runs as root with full capabilities, which can read any file".to_string(),
@@ -416,6 +426,13 @@ fn signing_report(
     }
 }
 
+/// A uid-0 child under isolation with its Landlock guard in place (no
+/// mount, not even in a user namespace of its own); `true` for a child that
+/// dropped to `--as-user`, which cannot map uid 0 in a user namespace.
+fn root_child_guarded(prepared: &isolation::Prepared) -> bool {
+    prepared.creds.is_some() || matches!(prepared.key_landlocked, Some(Ok(_)))
+}
+
 /// Which witnesses `gone` rests on, and whether the child could hide from
 /// all of them (CONTRACT §7). Each witness alone finds every process it
 /// sees, so the child evades only if it can evade every one.
@@ -434,6 +451,12 @@ fn cleanup_witness(
             witness,
             true,
             "the child ran as uid 0 with every capability in the runner's mount namespace: it could mount over /proc/<runner>/task/*/children, ptrace the runner, and move itself out of the run's cgroups".into(),
+        )
+    } else if prepared.report.uid == 0 && !root_child_guarded(prepared) {
+        (
+            witness,
+            true,
+            "the child ran as uid 0 without a Landlock guard: it could make a user namespace of its own, mount cgroupfs there and move itself out of the run's groups".into(),
         )
     } else if prepared.report.uid == 0 {
         (
@@ -730,7 +753,7 @@ fn execute(
     prepared.report.process_limit_evadable = process_limit::evadable(
         &process_limit.report.mechanism,
         prepared.report.uid,
-        prepared.mounts.is_some(),
+        prepared.mounts.is_some() && root_child_guarded(&prepared),
         &cgroups,
     );
 
@@ -850,6 +873,7 @@ fn execute(
         creds: prepared.creds,
         landlock_ruleset_fd: prepared.landlock_fd.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard_fd: prepared.landlock_guard_fd.as_ref().map(|f| f.as_raw_fd()),
+        landlock_guard_access: prepared.landlock_guard_access,
         cgroup_v1_tasks_fd: cgroups.v1_tasks_fd(),
         cgroup_v2_dir_fd: cgroups.v2_dir_fd(),
         cgroup_v2_procs_fd: cgroups.v2_procs_fd(),

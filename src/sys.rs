@@ -278,6 +278,10 @@ pub struct SpawnSpec<'a> {
     /// A second Landlock ruleset, stacked on the first: the one that keeps
     /// the runner's key and state dir from a child of the runner's uid.
     pub landlock_guard_fd: Option<RawFd>,
+    /// Every filesystem right the guard ruleset handles (its bits), granted
+    /// in the child to the fresh `/dev` and `/proc` it mounts for itself:
+    /// the ruleset, built before the fork, has no rule for those new inodes.
+    pub landlock_guard_access: u64,
     /// A cgroup v1 `tasks` file the child moves its one thread into first.
     pub cgroup_v1_tasks_fd: Option<RawFd>,
     /// A cgroup v2 directory the child is born in (`CLONE_INTO_CGROUP`).
@@ -471,6 +475,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         ignored: ignored_signals(),
         landlock: landlock.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard: landlock_guard.as_ref().map(|f| f.as_raw_fd()),
+        landlock_guard_access: spec.landlock_guard_access,
         cgroup_tasks: cgroup_tasks.as_ref().map_or(-1, |f| f.as_raw_fd()),
         mounts: spec.mounts,
         root_caps_keep: spec.root_caps_keep,
@@ -713,12 +718,53 @@ struct ChildPlan<'a> {
     ignored: u64,
     landlock: Option<RawFd>,
     landlock_guard: Option<RawFd>,
+    landlock_guard_access: u64,
     cgroup_tasks: RawFd,
     mounts: Option<&'a MountPlan>,
     root_caps_keep: Option<u64>,
     seccomp: *const libc::sock_fprog,
     cgroup_procs: RawFd,
     parent: libc::pid_t,
+}
+
+/// `struct landlock_path_beneath_attr` (packed, as the kernel reads it).
+#[repr(C, packed)]
+struct LandlockPathBeneath {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// Add to `ruleset` a rule granting `access` beneath `path`. Raw syscalls
+/// only (the forked child).
+///
+/// # Safety
+/// Only in the forked child, before `landlock_restrict_self`.
+unsafe fn landlock_allow_beneath(ruleset: RawFd, path: &std::ffi::CStr, access: u64) -> bool {
+    const LANDLOCK_RULE_PATH_BENEATH: libc::c_long = 1;
+    // SAFETY: open/syscall/close on a C string the parent built and a stack
+    // struct; async-signal-safe.
+    unsafe {
+        let fd = libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return false;
+        }
+        let attr = LandlockPathBeneath {
+            allowed_access: access,
+            parent_fd: fd,
+        };
+        let added = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &attr as *const LandlockPathBeneath,
+            0,
+        );
+        libc::close(fd);
+        added == 0
+    }
 }
 
 /// Report the failing step and errno, then `_exit`.
@@ -814,6 +860,18 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         }
         if let Some(m) = p.mounts {
             setup_mounts(m, p.err_w);
+            if let Some(guard) = p.landlock_guard {
+                // The fresh /dev and /proc are new inodes: a path walk from
+                // inside them meets no rule of the guard (mount points are
+                // skipped), so grant them what the guard grants any entry
+                // it does not protect.
+                for (fresh, path) in [(!m.dev_nodes.is_empty(), c"/dev"), (m.fresh_proc, c"/proc")]
+                {
+                    if fresh && !landlock_allow_beneath(guard, path, p.landlock_guard_access) {
+                        child_fail(p.err_w, ChildStep::Landlock);
+                    }
+                }
+            }
         }
         for &(resource, value) in p.rlimits {
             let lim = libc::rlimit {

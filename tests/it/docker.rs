@@ -307,7 +307,11 @@ fn pids_limit_is_the_named_mechanism_and_bounds_a_fork_storm() {
     // The storm hit the limit: a fork was refused (busybox sh gives up with
     // exit 2), the run ended by itself, and the sleeps it left were killed.
     let err = p["streams"]["stderr"]["text"].as_str().unwrap_or("");
-    assert!(err.contains("can't fork"), "no fork was refused: {err}");
+    assert!(
+        err.contains("can't fork"),
+        "no fork was refused: {err}\nreceipt: {p}\ndocker run: {}",
+        text(&o)
+    );
     assert_eq!(p["outcome"]["class"], "exited");
     assert_eq!(
         o.status.code(),

@@ -166,7 +166,9 @@ fn no_network_cannot_reach_the_hosts_loopback() {
 fn pid_namespace_makes_the_child_pid_1_and_takes_setsid_descendants_with_it() {
     require_root!("pid_namespace_makes_the_child_pid_1_and_takes_setsid_descendants_with_it");
     let e = Env::new();
-    let gc = e.path("gc.pid");
+    // In the workspace: the directories above the state dir are read-only
+    // to an isolated uid-0 child (its Landlock guard).
+    let gc = e.ws.join("gc.pid");
     // The child's /proc is its own namespace's, so the grandchild is found
     // on the host by a sleep duration unique to this test process.
     let marker = format!("{}", 1_000_000 + std::process::id());

@@ -161,7 +161,9 @@ fn an_isolated_root_child_cannot_hide_a_daemon_from_cleanup() {
     require_root!("an_isolated_root_child_cannot_hide_a_daemon_from_cleanup");
     let e = Env::new();
     e.set_goal(LEFTOVER_GOAL);
-    let daemon = e.path("daemon.pid");
+    // In the workspace: the directories above the state dir are read-only
+    // to an isolated child (its Landlock guard).
+    let daemon = e.ws.join("daemon.pid");
     let script = HIDE_DAEMON.replace("DAEMON", &daemon.display().to_string());
     let probe = ["sh", "-c", script.as_str()];
     e.approve(&["--no-network"], &probe);
@@ -571,4 +573,88 @@ fn assert_key_not_read_plain(r: &Run, key: &Path) {
         !out.contains("PRIVATE KEY") && !out.contains(&body),
         "the child read the key: {out}"
     );
+}
+
+/// In a user namespace of its own a uid-0 child holds CAP_SYS_ADMIN over a
+/// new cgroup and mount namespace; its cgroup namespace is rooted at the
+/// run's pids group, so mounting the v1 pids hierarchy there would let it
+/// raise its own pids.max. A Landlock domain forbids every mount.
+const RAISE_PIDS_MAX: &str = r#"import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+print("unshare", libc.unshare(0x10000000 | 0x00020000 | 0x02000000))
+libc.mount(b"none", b"/", None, (1 << 14) | (1 << 18), None)
+os.mkdir("m")
+if libc.mount(b"none", b"m", b"cgroup", 0, b"pids") == 0:
+    open("m/pids.max", "w").write("max")
+    print("RAISED", open("m/pids.max").read().strip())
+n = 0
+for i in range(30):
+    try:
+        if os.fork() == 0:
+            time.sleep(1); os._exit(0)
+        n += 1
+    except OSError:
+        break
+print("forked", n)
+for _ in range(n): os.wait()
+"#;
+
+#[test]
+fn an_isolated_root_child_cannot_raise_its_pids_max_through_a_user_namespace() {
+    require_root!("an_isolated_root_child_cannot_raise_its_pids_max_through_a_user_namespace");
+    let e = Env::new();
+    let probe = ["python3", "-c", RAISE_PIDS_MAX];
+    for flags in [&["--no-network"][..], &["--pid-namespace"][..]] {
+        let mut approve = flags.to_vec();
+        approve.extend(["--max-processes", "8"]);
+        e.approve(&approve, &probe);
+        let r = e.run(&[], &probe);
+        let out = r.stdout_text();
+        let p = r.predicate();
+        assert!(!out.contains("RAISED"), "{flags:?}: {out}");
+        let forked: u32 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("forked "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        assert!(forked < 8, "{flags:?}: limit 8, forked {forked}: {out}");
+        assert_eq!(p["isolation"]["process_limit_evadable"], false, "{flags:?}");
+        assert_eq!(p["cleanup"]["evadable"], false, "{flags:?}");
+    }
+}
+
+/// The state dir is covered, its parent is not: renaming the parent would
+/// carry the cover away with it, and the child could plant a state dir,
+/// and a runner key, of its own at the old path.
+#[test]
+fn an_isolated_root_child_cannot_replace_the_state_dir_by_renaming_its_parent() {
+    require_root!("an_isolated_root_child_cannot_replace_the_state_dir_by_renaming_its_parent");
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let _ = e.run(&[], &["true"]);
+    let runner_pub = std::fs::read(e.runner_pub()).expect("runner.pub");
+    let parent = e.dir.path().display().to_string();
+    let script = format!(
+        "mv {parent} {parent}.moved && echo MOVED-PARENT; mkdir {parent}/planted && echo MADE-ENTRY; mv {parent}/ws {parent}/ws2 && echo MOVED-WS; exit 0"
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--no-network"], &probe);
+    let (r, receipt) = e.run_to_file("r.json", &probe);
+    let out = r.stdout_text();
+    for done in ["MOVED-PARENT", "MADE-ENTRY"] {
+        assert!(!out.contains(done), "{done}: {out}");
+    }
+    assert_eq!(
+        std::fs::read(e.runner_pub()).expect("runner.pub"),
+        runner_pub
+    );
+    assert_eq!(
+        r.predicate()["signing"]["key_out_of_child_reach"],
+        true,
+        "{}",
+        r.stderr
+    );
+    let o = output(e.verify_strict_cmd(&receipt, &e.runner_pub()));
+    let verdict = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(verdict.lines().next(), Some("VERIFIED_DONE"), "{verdict}");
 }
