@@ -1090,22 +1090,29 @@ unsafe fn setup_mounts(m: &MountPlan, err_w: RawFd) {
             child_fail(err_w, ChildStep::Mount);
         }
         // Kernel knobs root could turn without any capability (core_pattern
-        // runs a program as full root on the host): read-only, and without
-        // the mounts beneath (binfmt_misc).
-        if !mnt(
-            c"/proc/sys".as_ptr(),
-            c"/proc/sys".as_ptr(),
-            null,
-            libc::MS_BIND,
-            null,
-        ) || !mnt(
-            null,
-            c"/proc/sys".as_ptr(),
-            null,
-            libc::MS_BIND | libc::MS_REMOUNT | sealed,
-            null,
-        ) {
-            child_fail(err_w, ChildStep::Mount);
+        // runs a program as full root on the host; /proc/irq steers host
+        // interrupts): read-only, and without the mounts beneath
+        // (binfmt_misc). /proc/sys must be there; the others where they are.
+        for (knobs, required) in [
+            (c"/proc/sys", true),
+            (c"/proc/irq", false),
+            (c"/proc/bus", false),
+            (c"/proc/fs", false),
+        ] {
+            if !required && libc::access(knobs.as_ptr(), libc::F_OK) != 0 {
+                continue;
+            }
+            if !mnt(knobs.as_ptr(), knobs.as_ptr(), null, libc::MS_BIND, null)
+                || !mnt(
+                    null,
+                    knobs.as_ptr(),
+                    null,
+                    libc::MS_BIND | libc::MS_REMOUNT | sealed,
+                    null,
+                )
+            {
+                child_fail(err_w, ChildStep::Mount);
+            }
         }
         let sysrq = c"/proc/sysrq-trigger";
         if libc::access(sysrq.as_ptr(), libc::F_OK) == 0

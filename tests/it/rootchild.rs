@@ -658,3 +658,26 @@ fn an_isolated_root_child_cannot_replace_the_state_dir_by_renaming_its_parent() 
     let verdict = String::from_utf8_lossy(&o.stdout);
     assert_eq!(verdict.lines().next(), Some("VERIFIED_DONE"), "{verdict}");
 }
+
+#[test]
+fn an_isolated_root_child_cannot_turn_host_wide_proc_knobs() {
+    require_root!("an_isolated_root_child_cannot_turn_host_wide_proc_knobs");
+    if !Path::new("/proc/irq/default_smp_affinity").exists() {
+        skip!("an_isolated_root_child_cannot_turn_host_wide_proc_knobs: no /proc/irq here");
+        return;
+    }
+    let e = Env::new();
+    // Writes back the value it read: nothing changes on the host even if
+    // the write went through.
+    let script = "v=$(cat /proc/irq/default_smp_affinity) && echo \"$v\" > /proc/irq/default_smp_affinity && echo WROTE-IRQ; \
+                  v=$(cat /proc/sys/kernel/core_uses_pid) && echo \"$v\" > /proc/sys/kernel/core_uses_pid && echo WROTE-SYS; exit 0";
+    let probe = ["sh", "-c", script];
+    for flags in [&["--no-network"][..], &["--pid-namespace"][..]] {
+        e.approve(flags, &probe);
+        let r = e.run(&[], &probe);
+        assert_eq!(r.class(), "exited", "{flags:?}: {}", r.stderr);
+        for wrote in ["WROTE-IRQ", "WROTE-SYS"] {
+            assert!(!r.stdout_text().contains(wrote), "{flags:?}: {wrote}");
+        }
+    }
+}
