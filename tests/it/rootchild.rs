@@ -279,6 +279,16 @@ exit 0"#,
     )
 }
 
+/// An environment whose runner key already exists (made by one run), so a
+/// probe can name it; and the key's path.
+fn env_with_runner_key() -> (Env, std::path::PathBuf) {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let _ = e.run(&[], &["true"]);
+    let key = e.state.join("runner.key");
+    (e, key)
+}
+
 fn assert_key_not_read(r: &Run, key: &Path) {
     assert_key_not_read_plain(r, key);
     let out = format!(
@@ -295,11 +305,7 @@ fn assert_key_not_read(r: &Run, key: &Path) {
 #[test]
 fn an_isolated_root_child_cannot_read_the_runner_key_by_any_route() {
     require_root!("an_isolated_root_child_cannot_read_the_runner_key_by_any_route");
-    let e = Env::new();
-    // The key must exist before the run so the probe can name it.
-    e.approve(&[], &["true"]);
-    let _ = e.run(&[], &["true"]);
-    let key = e.state.join("runner.key");
+    let (e, key) = env_with_runner_key();
     let script = key_probe(&key, &e.state);
     let probe = ["sh", "-c", script.as_str()];
     e.approve(&["--no-network"], &probe);
@@ -523,10 +529,7 @@ fn an_isolated_root_child_cannot_leave_its_mount_namespace_through_its_cwd() {
     // runner's tree lets `..` walk around every covering mount (the key, the
     // state dir, the read-only /proc/sys and /sys) and out of the cgroups.
     require_root!("an_isolated_root_child_cannot_leave_its_mount_namespace_through_its_cwd");
-    let e = Env::new();
-    e.approve(&[], &["true"]);
-    let _ = e.run(&[], &["true"]);
-    let key = e.state.join("runner.key");
+    let (e, key) = env_with_runner_key();
     let ws = std::fs::canonicalize(&e.ws).expect("ws");
     let up = vec![".."; ws.components().count() - 1].join("/");
     let script = format!(
@@ -629,9 +632,7 @@ fn an_isolated_root_child_cannot_raise_its_pids_max_through_a_user_namespace() {
 #[test]
 fn an_isolated_root_child_cannot_replace_the_state_dir_by_renaming_its_parent() {
     require_root!("an_isolated_root_child_cannot_replace_the_state_dir_by_renaming_its_parent");
-    let e = Env::new();
-    e.approve(&[], &["true"]);
-    let _ = e.run(&[], &["true"]);
+    let (e, _) = env_with_runner_key();
     let runner_pub = std::fs::read(e.runner_pub()).expect("runner.pub");
     let parent = e.dir.path().display().to_string();
     let script = format!(
