@@ -75,11 +75,15 @@ pub fn verify(
     // that is one but does not hold (a signature that fails, another goal,
     // an outcome the criteria refuse) is a NOT_VERIFIED verdict.
     let shown = receipt_path.display();
-    let env: crate::model::Envelope = parse_json(&format!("receipt {shown}"), &bytes)?;
-    if let Ok(payload) = sign::verify_envelope(&env, &trust) {
-        parse_json::<Statement>(&format!("receipt {shown}: statement"), &payload)?;
-    }
-    let mut v = judge(&goal, &bytes, &trust, cross_check.as_deref());
+    let labels = (
+        format!("receipt {shown}"),
+        format!("receipt {shown}: statement"),
+    );
+    let mut v = match authenticate(&bytes, &trust, (&labels.0, &labels.1)) {
+        Ok((stmt, payload)) => judge_authentic(&goal, &stmt, &payload, cross_check.as_deref()),
+        Err(Unauthentic::NotAnEnvelope(e) | Unauthentic::UnreadableStatement(e)) => return Err(e),
+        Err(Unauthentic::Fails(why)) => not_verified(why),
+    };
     v.key_in_reach_allowed = allow_key_in_reach;
     if allow_key_in_reach {
         v.unmet
@@ -143,34 +147,66 @@ pub fn judge_bytes(goal: &[u8], receipt: &[u8], trust: &ed25519_dalek::Verifying
     }
 }
 
+/// Why receipt bytes did not authenticate.
+enum Unauthentic {
+    /// Not a DSSE envelope of the closed shape at all.
+    NotAnEnvelope(String),
+    /// Signed by the trusted key, but not a statement this version reads.
+    UnreadableStatement(String),
+    /// An envelope that does not hold: another payload type, or no valid
+    /// signature by the trusted key (the whole `authentic:` line).
+    Fails(String),
+}
+
+/// Parse the envelope, check its signature once, and read the statement it
+/// signs. `labels` name the envelope and the statement in parse errors.
+fn authenticate(
+    bytes: &[u8],
+    trust: &ed25519_dalek::VerifyingKey,
+    labels: (&str, &str),
+) -> Result<(Statement, Vec<u8>), Unauthentic> {
+    let env: crate::model::Envelope =
+        parse_json(labels.0, bytes).map_err(Unauthentic::NotAnEnvelope)?;
+    let signed = match sign::verify_envelope(&env, trust) {
+        Ok(payload) => {
+            let stmt: Statement =
+                parse_json(labels.1, &payload).map_err(Unauthentic::UnreadableStatement)?;
+            Ok((stmt, payload))
+        }
+        Err(e) => Err(Unauthentic::Fails(format!("authentic: {e}"))),
+    };
+    if env.payload_type != DSSE_PAYLOAD_TYPE {
+        return Err(Unauthentic::Fails(format!(
+            "authentic: payloadType is {:?}, expected {DSSE_PAYLOAD_TYPE:?}",
+            env.payload_type
+        )));
+    }
+    signed
+}
+
 fn judge(
     goal: &LoadedGoal,
     bytes: &[u8],
     trust: &ed25519_dalek::VerifyingKey,
     ledger: Option<&dyn crate::ledger::Ledger>,
 ) -> Verdict {
-    let env: crate::model::Envelope = match parse_json("receipt", bytes) {
-        Ok(e) => e,
-        Err(e) => {
-            return not_verified(format!(
-                "authentic: not a DSSE envelope of the expected shape: {e}"
-            ))
-        }
-    };
-    if env.payload_type != DSSE_PAYLOAD_TYPE {
-        return not_verified(format!(
-            "authentic: payloadType is {:?}, expected {DSSE_PAYLOAD_TYPE:?}",
-            env.payload_type
-        ));
+    match authenticate(bytes, trust, ("receipt", "receipt statement")) {
+        Ok((stmt, payload)) => judge_authentic(goal, &stmt, &payload, ledger),
+        Err(Unauthentic::NotAnEnvelope(e)) => not_verified(format!(
+            "authentic: not a DSSE envelope of the expected shape: {e}"
+        )),
+        Err(Unauthentic::UnreadableStatement(e)) => not_verified(format!("authentic: {e}")),
+        Err(Unauthentic::Fails(why)) => not_verified(why),
     }
-    let payload = match sign::verify_envelope(&env, trust) {
-        Ok(p) => p,
-        Err(e) => return not_verified(format!("authentic: {e}")),
-    };
-    let stmt: Statement = match parse_json("receipt statement", &payload) {
-        Ok(s) => s,
-        Err(e) => return not_verified(format!("authentic: {e}")),
-    };
+}
+
+/// The verdict on a receipt whose signature and shape already held.
+fn judge_authentic(
+    goal: &LoadedGoal,
+    stmt: &Statement,
+    payload: &[u8],
+    ledger: Option<&dyn crate::ledger::Ledger>,
+) -> Verdict {
     let p = &stmt.predicate;
     let mut unmet = Vec::new();
     // A key the child could read lets the child forge this very receipt:
@@ -305,7 +341,7 @@ fn judge(
         }
     }
     if let Some(l) = ledger {
-        if let Some(why) = cross_check_journal(l, &stmt, &payload) {
+        if let Some(why) = cross_check_journal(l, stmt, payload) {
             // The receipt says where its use was counted; when that is not
             // the ledger given, say so (a lease may name its own ledger).
             let hint = match &p.ledger {
