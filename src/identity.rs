@@ -343,19 +343,23 @@ fn interpreter_of(first: &[u8]) -> Option<String> {
     })
 }
 
-fn hash_and_copy_serial(
+/// Read `file` from offset 0 a chunk at a time into the buffers `buffer`
+/// hands out, passing each filled buffer and its length to `chunk`. `None`
+/// when the file holds more than `limit` bytes by the time it is read; else
+/// its first bytes (for the `#!` line).
+fn read_chunks(
     file: &File,
-    mut copy: Option<&File>,
     limit: u64,
-) -> std::io::Result<Option<(String, Option<String>)>> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; CHUNK_BYTES];
+    mut buffer: impl FnMut() -> std::io::Result<Vec<u8>>,
+    mut chunk: impl FnMut(Vec<u8>, usize) -> std::io::Result<()>,
+) -> std::io::Result<Option<Vec<u8>>> {
     let mut offset = 0u64;
     let mut first: Vec<u8> = Vec::new();
     loop {
+        let mut buf = buffer()?;
         let n = read_chunk(file, &mut buf, offset)?;
         if n == 0 {
-            break;
+            return Ok(Some(first));
         }
         if offset == 0 {
             first.extend_from_slice(&buf[..n.min(256)]);
@@ -364,15 +368,32 @@ fn hash_and_copy_serial(
         if offset > limit {
             return Ok(None);
         }
-        hasher.update(&buf[..n]);
-        if let Some(c) = copy.as_mut() {
-            c.write_all(&buf[..n])?;
-        }
+        chunk(buf, n)?;
     }
-    Ok(Some((
-        hex::encode(hasher.finalize()),
-        interpreter_of(&first),
-    )))
+}
+
+fn hash_and_copy_serial(
+    file: &File,
+    mut copy: Option<&File>,
+    limit: u64,
+) -> std::io::Result<Option<(String, Option<String>)>> {
+    let mut hasher = Sha256::new();
+    // One buffer, handed back after each chunk.
+    let spare = std::cell::Cell::new(Some(vec![0u8; CHUNK_BYTES]));
+    let first = read_chunks(
+        file,
+        limit,
+        || Ok(spare.take().unwrap_or_else(|| vec![0u8; CHUNK_BYTES])),
+        |buf, n| {
+            hasher.update(&buf[..n]);
+            if let Some(c) = copy.as_mut() {
+                c.write_all(&buf[..n])?;
+            }
+            spare.set(Some(buf));
+            Ok(())
+        },
+    )?;
+    Ok(first.map(|first| (hex::encode(hasher.finalize()), interpreter_of(&first))))
 }
 
 /// [`hash_and_copy_serial`] with the hash on a second thread. Each chunk is
@@ -403,38 +424,27 @@ fn hash_and_copy_overlapped(
             hasher.finalize()
         });
         let mut fresh = BUFFERS;
-        let mut read_all = || -> std::io::Result<Option<Vec<u8>>> {
-            let mut offset = 0u64;
-            let mut first: Vec<u8> = Vec::new();
-            loop {
-                let mut buf = if fresh > 0 {
+        let read = read_chunks(
+            file,
+            limit,
+            || {
+                if fresh > 0 {
                     fresh -= 1;
-                    vec![0u8; CHUNK_BYTES]
-                } else {
-                    let back = returned.recv().map_err(|_| hasher_gone())?;
-                    // This thread dropped its handle after writing the
-                    // copy, so the hasher's was the last one.
-                    Arc::try_unwrap(back).unwrap_or_else(|_| vec![0u8; CHUNK_BYTES])
-                };
-                let n = read_chunk(file, &mut buf, offset)?;
-                if n == 0 {
-                    return Ok(Some(first));
+                    return Ok(vec![0u8; CHUNK_BYTES]);
                 }
-                if offset == 0 {
-                    first.extend_from_slice(&buf[..n.min(256)]);
-                }
-                offset += n as u64;
-                if offset > limit {
-                    return Ok(None);
-                }
+                let back = returned.recv().map_err(|_| hasher_gone())?;
+                // This thread dropped its handle after writing the copy,
+                // so the hasher's was the last one.
+                Ok(Arc::try_unwrap(back).unwrap_or_else(|_| vec![0u8; CHUNK_BYTES]))
+            },
+            |buf, n| {
                 let chunk = Arc::new(buf);
                 to_hasher
                     .send((Arc::clone(&chunk), n))
                     .map_err(|_| hasher_gone())?;
-                copy.write_all(&chunk[..n])?;
-            }
-        };
-        let read = read_all();
+                copy.write_all(&chunk[..n])
+            },
+        );
         // Closing the channel ends the hasher's loop.
         drop(to_hasher);
         let digest = hasher.join().map_err(|_| hasher_gone())?;
