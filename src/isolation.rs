@@ -361,22 +361,28 @@ pub fn prepare(
     // own in which it mounts cgroupfs and raises its pids.max. A Landlock
     // domain forbids both: the guard leaves the directories above the key
     // and the state dir read-only, and no landlocked process may mount.
-    let (landlock_guard_fd, key_landlocked) = if (euid != 0 || root_child) && any_isolation(req) {
-        match sys::landlock_abi_version() {
-            None => (
-                None,
-                Some(Err(
-                    "the kernel offers no Landlock to deny the child the key".to_string(),
-                )),
-            ),
-            Some(abi) => match guard_ruleset(abi, writable, protect, root_child) {
-                Ok((fd, how)) => (Some(fd), Some(Ok(how))),
-                Err(why) => (None, Some(Err(why))),
-            },
-        }
-    } else {
-        (None, None)
-    };
+    let (landlock_guard_fd, landlock_guard_access, key_landlocked) =
+        if (euid != 0 || root_child) && any_isolation(req) {
+            match sys::landlock_abi_version() {
+                None => (
+                    None,
+                    0,
+                    Some(Err(
+                        "the kernel offers no Landlock to deny the child the key".to_string(),
+                    )),
+                ),
+                Some(abi) => match guard_ruleset(abi, writable, protect, root_child) {
+                    Ok((fd, how)) => (
+                        Some(fd),
+                        AccessFs::from_all(ABI::from(abi as i32)).bits(),
+                        Some(Ok(how)),
+                    ),
+                    Err(why) => (None, 0, Some(Err(why))),
+                },
+            }
+        } else {
+            (None, 0, None)
+        };
 
     let report = IsolationReport {
         boundary: boundary_text(req, child_uid, Some(mounts.is_some()), ns.net),
@@ -417,8 +423,7 @@ pub fn prepare(
         mounts,
         root_caps_keep,
         key_covered,
-        landlock_guard_access: sys::landlock_abi_version()
-            .map_or(0, |abi| AccessFs::from_all(ABI::from(abi as i32)).bits()),
+        landlock_guard_access,
         landlock_guard_fd,
         key_landlocked,
     })
