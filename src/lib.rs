@@ -287,11 +287,8 @@ pub fn cli_main() -> i32 {
                 Ok(l) => l,
                 Err(e) => return usage_error(e),
             };
-            // A state dir or ledger directory that is not there is a typo
-            // or an unmounted file system, not an empty, sound journal.
-            if let Some(dir) = l.local_dir().filter(|d| !d.is_dir()) {
-                let what = if l.is_named() { "ledger" } else { "state dir" };
-                return usage_error(format!("{what} {}: no such directory", dir.display()));
+            if let Err(e) = l.reachable() {
+                return usage_error(e.to_string());
             }
             match action {
                 JournalAction::List { json } => {

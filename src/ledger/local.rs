@@ -87,6 +87,17 @@ impl Ledger for LocalLedger {
         }))
     }
 
+    fn reachable(&self) -> Result<(), LedgerError> {
+        if !self.dir.is_dir() {
+            let what = if self.named { "ledger" } else { "state dir" };
+            return Err(LedgerError::Unavailable(format!(
+                "{what} {}: no such directory",
+                self.dir.display()
+            )));
+        }
+        self.require_approved_dir()
+    }
+
     fn chains(&self) -> Result<Vec<Chain>, LedgerError> {
         self.require_approved_dir()?;
         let checks = journal::verify_all(&self.dir).map_err(err)?;

@@ -138,6 +138,12 @@ pub trait Ledger {
     fn local_dir(&self) -> Option<&Path> {
         None
     }
+    /// Whether the store is there to be read, before `journal` reads it: a
+    /// missing directory is a typo or an unmounted file system, not an
+    /// empty, sound journal. (A remote store answers when it is asked.)
+    fn reachable(&self) -> Result<(), LedgerError> {
+        Ok(())
+    }
 }
 
 /// One Goal's records, locked until the session ends.
