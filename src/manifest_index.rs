@@ -367,7 +367,7 @@ fn through_index(
     if !head_is_canonical(&region(file, size, 0, first.offset)?) {
         return None;
     }
-    lease_at(file, size, last)?;
+    let last_lease = lease_at(file, size, last)?;
     let tail_at = last.offset + last.len;
     let tail_len = size.checked_sub(tail_at)?;
     if tail_len > MAX_TAIL_BYTES {
@@ -379,9 +379,15 @@ fn through_index(
         Selection::LeaseId(id) => (None, Some(id_key(id))),
     };
     let mut leases = Vec::new();
-    for line in &lines {
+    let last_at = lines.len() - 1;
+    for (i, line) in lines.iter().enumerate() {
         if want_request.as_deref() == Some(line.request) || want_id.as_deref() == Some(line.id) {
-            leases.push(lease_at(file, size, line)?);
+            // The last lease was read and parsed above already.
+            leases.push(if i == last_at {
+                last_lease.clone()
+            } else {
+                lease_at(file, size, line)?
+            });
         }
     }
     // Everything was read from the manifest the index describes.
