@@ -5,7 +5,8 @@ use std::path::Path;
 
 use crate::cli::ReceiptFormat;
 use crate::journal::{self, Classification, Event};
-use crate::ledger::{self, Ledger, ResolveError};
+pub use crate::ledger::OperatorError;
+use crate::ledger::{self, Ledger};
 use crate::{escape, lease, receipt, sign, view};
 
 pub fn keygen(prefix: &Path) -> Result<(), String> {
@@ -249,14 +250,6 @@ fn journal_verify_dir(state_dir: &Path) -> Result<bool, String> {
     Ok(ok)
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum OperatorError {
-    #[error("{0}")]
-    UnknownId(String),
-    #[error("{0}")]
-    Failed(String),
-}
-
 pub fn resolve(
     l: &dyn Ledger,
     attempt: &str,
@@ -264,10 +257,7 @@ pub fn resolve(
     by: &str,
     note: Option<String>,
 ) -> Result<(), OperatorError> {
-    let lease_id = ledger::resolve(l, attempt, as_, by, note).map_err(|e| match e {
-        ResolveError::UnknownId(m) => OperatorError::UnknownId(m),
-        ResolveError::Failed(m) => OperatorError::Failed(m),
-    })?;
+    let lease_id = ledger::resolve(l, attempt, as_, by, note)?;
     if as_ == Classification::Stop {
         eprintln!("resolved {attempt} as stop; lease {lease_id} is revoked");
     } else {

@@ -188,9 +188,10 @@ pub fn attempts(l: &dyn Ledger, entries: &[Entry]) -> Vec<AttemptSummary> {
     crate::journal::attempts_of_with(entries, &|id| l.attempt_is_live(id))
 }
 
-/// What `resolve` can go wrong with.
+/// What an operator's command (`resolve`, `revoke`) can go wrong with: an
+/// id it does not know, or a failure to carry it out.
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub enum OperatorError {
     #[error("{0}")]
     UnknownId(String),
     #[error("{0}")]
@@ -204,8 +205,8 @@ pub fn resolve(
     as_: Classification,
     by: &str,
     note: Option<String>,
-) -> Result<String, ResolveError> {
-    let failed = |e: LedgerError| ResolveError::Failed(e.to_string());
+) -> Result<String, OperatorError> {
+    let failed = |e: LedgerError| OperatorError::Failed(e.to_string());
     let entries = all_entries(l).map_err(failed)?;
     let goal_id = entries
         .iter()
@@ -216,7 +217,7 @@ pub fn resolve(
             _ => None,
         })
         .ok_or_else(|| {
-            ResolveError::UnknownId(format!(
+            OperatorError::UnknownId(format!(
                 "attempt {attempt:?} is not in the ledger {}",
                 l.name()
             ))
@@ -226,12 +227,12 @@ pub fn resolve(
         .into_iter()
         .find(|a| a.attempt_id == attempt)
         .ok_or_else(|| {
-            ResolveError::UnknownId(format!(
+            OperatorError::UnknownId(format!(
                 "attempt {attempt} already has a result or a resolution: there is nothing to resolve"
             ))
         })?;
     if summary.state != AttemptState::Unknown {
-        return Err(ResolveError::UnknownId(format!(
+        return Err(OperatorError::UnknownId(format!(
             "attempt {attempt} is running, not unknown: there is nothing to resolve"
         )));
     }
