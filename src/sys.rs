@@ -584,17 +584,30 @@ fn clone3_fork(
 fn clone_pidfd_fork(ns_flags: u64, child: &ChildPlan<'_>) -> io::Result<(libc::pid_t, OwnedFd)> {
     let mut pidfd_out: libc::c_int = -1;
     let flags = CLONE_PIDFD | ns_flags | libc::SIGCHLD as u64;
-    // SAFETY: the raw clone syscall with a null stack behaves like fork (the
-    // child runs on a copy of our stack); with CLONE_PIDFD the kernel writes
-    // the pidfd through the parent_tid pointer, which points at a live local.
-    // The argument order (flags, stack, parent_tid, child_tid, tls) is the
-    // x86_64/aarch64 one. The child only runs `child_main`.
+    let pid = legacy_clone(flags, &mut pidfd_out, child)?;
+    // SAFETY: with CLONE_PIDFD the kernel stored a new fd that only we own.
+    Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd_out) }))
+}
+
+/// The legacy `clone` syscall with a null stack, which behaves like fork
+/// (the child runs on a copy of our stack) and runs only `child_main` in
+/// the child. With `CLONE_PIDFD` in `flags` the kernel writes the pidfd
+/// through `parent_tid`, which must then point at a live local.
+fn legacy_clone(
+    flags: u64,
+    parent_tid: *mut libc::c_int,
+    child: &ChildPlan<'_>,
+) -> io::Result<libc::pid_t> {
+    // SAFETY: the raw clone syscall with a null stack behaves like fork;
+    // `parent_tid` is null or a live local of the caller (written only with
+    // CLONE_PIDFD). The argument order (flags, stack, parent_tid,
+    // child_tid, tls) is the x86_64/aarch64 one.
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone,
             flags,
             std::ptr::null_mut::<libc::c_void>(),
-            &mut pidfd_out as *mut libc::c_int,
+            parent_tid,
             std::ptr::null_mut::<libc::c_int>(),
             0usize,
         )
@@ -606,8 +619,7 @@ fn clone_pidfd_fork(ns_flags: u64, child: &ChildPlan<'_>) -> io::Result<(libc::p
         // SAFETY: we are the freshly forked child; see `child_main`.
         unsafe { child_main(child) }
     }
-    // SAFETY: with CLONE_PIDFD the kernel stored a new fd that only we own.
-    Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd_out) }))
+    Ok(pid)
 }
 
 /// The last resort: `clone` without `CLONE_PIDFD`, then `pidfd_open`. Our
@@ -617,25 +629,7 @@ fn fork_then_pidfd_open(
     ns_flags: u64,
     child: &ChildPlan<'_>,
 ) -> io::Result<(libc::pid_t, OwnedFd)> {
-    let flags = ns_flags | libc::SIGCHLD as u64;
-    // SAFETY: as in `clone_pidfd_fork`, without the pidfd pointer.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            flags,
-            std::ptr::null_mut::<libc::c_void>(),
-            std::ptr::null_mut::<libc::c_int>(),
-            std::ptr::null_mut::<libc::c_int>(),
-            0usize,
-        )
-    } as libc::pid_t;
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        // SAFETY: we are the freshly forked child; see `child_main`.
-        unsafe { child_main(child) }
-    }
+    let pid = legacy_clone(ns_flags | libc::SIGCHLD as u64, std::ptr::null_mut(), child)?;
     match pidfd_open(pid) {
         Ok(fd) => Ok((pid, fd)),
         Err(e) => {
