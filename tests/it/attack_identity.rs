@@ -16,18 +16,13 @@ fn a_superseded_ledger_lease_stays_dead_in_an_old_manifest_copy() {
     std::fs::copy(&e.manifest, &old_copy).unwrap();
     let new_id = e.approve(&["--uses", "5", "--ledger", led], &["true"]);
 
-    let mut c = cmd();
-    c.arg("run")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--manifest")
-        .arg(&old_copy)
-        .arg("--trust")
-        .arg(&e.trust)
-        .arg("--state-dir")
-        .arg(e.path("other-state"))
-        .args(["--lease", &old_id]);
-    let r = finish_run(output(c));
+    let other_state = e.path("other-state");
+    let files = RunFiles {
+        manifest: &old_copy,
+        state: &other_state,
+        ..e.files()
+    };
+    let r = finish_run(output(run_cmd_with(files, &["--lease", &old_id], &[])));
     r.assert_refused("lease_revoked");
 
     let r = e.run(&["--lease", &new_id], &[]);

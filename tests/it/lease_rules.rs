@@ -201,20 +201,12 @@ fn bad_run_usage_exits_125() {
     let r = finish_run(o);
     assert_eq!(r.reason(), "invalid_input");
     assert!(r.stderr.contains("--manifest"), "{}", r.stderr);
-    let o = output(
-        cmd()
-            .arg("run")
-            .arg("--goal")
-            .arg(e.path("missing.json"))
-            .arg("--manifest")
-            .arg(&e.manifest)
-            .arg("--trust")
-            .arg(&e.trust)
-            .arg("--state-dir")
-            .arg(&e.state)
-            .arg("--")
-            .arg("true"),
-    );
+    let missing = e.path("missing.json");
+    let files = RunFiles {
+        goal: &missing,
+        ..e.files()
+    };
+    let o = output(run_cmd_with(files, &[], &["true"]));
     assert_eq!(o.status.code(), Some(125));
     let r = finish_run(o);
     assert_eq!(r.reason(), "invalid_input");

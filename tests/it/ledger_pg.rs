@@ -76,20 +76,7 @@ fn strs(v: &[String]) -> Vec<&str> {
 
 /// `run` as a runner with its own state dir.
 pub fn run_cmd_in(e: &Env, state: &Path, flags: &[&str], command: &[&str]) -> Command {
-    let mut c = cmd();
-    c.arg("run")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--manifest")
-        .arg(&e.manifest)
-        .arg("--trust")
-        .arg(&e.trust)
-        .arg("--state-dir")
-        .arg(state)
-        .args(flags)
-        .arg("--")
-        .args(command);
-    c
+    run_cmd_with(RunFiles { state, ..e.files() }, flags, command)
 }
 
 fn run_in(e: &Env, state: &Path, flags: &[&str], command: &[&str]) -> Run {
@@ -246,18 +233,13 @@ fn a_revocation_in_the_ledger_outlives_an_old_manifest_copy() {
             .arg(e.path("ops-state")),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut c = cmd();
-    c.arg("run")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--manifest")
-        .arg(&old)
-        .arg("--trust")
-        .arg(&e.trust)
-        .arg("--state-dir")
-        .arg(e.path("fresh"))
-        .args(["--", "true"]);
-    let r = finish_run(output(c));
+    let fresh = e.path("fresh");
+    let files = RunFiles {
+        manifest: &old,
+        state: &fresh,
+        ..e.files()
+    };
+    let r = finish_run(output(run_cmd_with(files, &[], &["true"])));
     r.assert_refused("lease_revoked");
 }
 

@@ -22,20 +22,15 @@ fn copy_fixture(to: &Path) {
 }
 
 fn run_fixture(dir: &Path, lease: &str) -> Run {
-    finish_run(output(
-        cmd()
-            .arg("run")
-            .arg("--goal")
-            .arg(dir.join("goal.json"))
-            .arg("--manifest")
-            .arg(dir.join("manifest.json"))
-            .arg("--trust")
-            .arg(dir.join("approver.pub"))
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--lease")
-            .arg(lease),
-    ))
+    let (goal, manifest) = (dir.join("goal.json"), dir.join("manifest.json"));
+    let (trust, state) = (dir.join("approver.pub"), dir.join("state"));
+    let files = RunFiles {
+        goal: &goal,
+        manifest: &manifest,
+        trust: &trust,
+        state: &state,
+    };
+    finish_run(output(run_cmd_with(files, &["--lease", lease], &[])))
 }
 
 /// The fixture lease binds this repository's path at approval time and
@@ -605,38 +600,22 @@ fn inputs_read_whole_have_a_size_bound() {
     let r = e.run(&["--request", bigs], &[]);
     r.assert_refused("invalid_input");
     assert!(r.stderr.contains("bound"), "{}", r.stderr);
-    let r = finish_run(output(
-        cmd()
-            .arg("run")
-            .arg("--goal")
-            .arg(&e.goal)
-            .arg("--manifest")
-            .arg(&big)
-            .arg("--trust")
-            .arg(&e.trust)
-            .arg("--state-dir")
-            .arg(&e.state)
-            .args(["--", "true"]),
-    ));
+    let files = RunFiles {
+        manifest: &big,
+        ..e.files()
+    };
+    let r = finish_run(output(run_cmd_with(files, &[], &["true"])));
     r.assert_refused("invalid_input");
     assert!(
         r.stderr.contains("manifest") && r.stderr.contains("bound"),
         "{}",
         r.stderr
     );
-    let r = finish_run(output(
-        cmd()
-            .arg("run")
-            .arg("--goal")
-            .arg(&big)
-            .arg("--manifest")
-            .arg(&e.manifest)
-            .arg("--trust")
-            .arg(&e.trust)
-            .arg("--state-dir")
-            .arg(&e.state)
-            .args(["--", "true"]),
-    ));
+    let files = RunFiles {
+        goal: &big,
+        ..e.files()
+    };
+    let r = finish_run(output(run_cmd_with(files, &[], &["true"])));
     r.assert_refused("invalid_input");
     assert!(
         r.stderr.contains("goal") && r.stderr.contains("bound"),
@@ -843,19 +822,11 @@ fn several_goals_share_a_state_dir_without_sharing_state() {
     e.run(&[], &["true"])
         .assert_refused("unresolved_unknown_outcome");
     let run_other = || {
-        finish_run(output(
-            cmd()
-                .arg("run")
-                .arg("--goal")
-                .arg(&g2)
-                .arg("--manifest")
-                .arg(&e.manifest)
-                .arg("--trust")
-                .arg(&e.trust)
-                .arg("--state-dir")
-                .arg(&e.state)
-                .args(["--", "true"]),
-        ))
+        let files = RunFiles {
+            goal: &g2,
+            ..e.files()
+        };
+        finish_run(output(run_cmd_with(files, &[], &["true"])))
     };
     assert_eq!(run_other().code, 0);
     assert_eq!(run_other().code, 0);

@@ -211,17 +211,12 @@ fn a_local_ledger_the_lease_names_counts_uses_across_state_dirs_and_keeps_revoca
             .args(["--lease", &id2, "--by", "ops"]),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut c = cmd();
-    c.arg("run")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--manifest")
-        .arg(&old)
-        .arg("--trust")
-        .arg(&e.trust)
-        .arg("--state-dir")
-        .arg(e.path("state3"))
-        .args(["--", "sh", "-c", "echo many"]);
-    let r = finish_run(output(c));
+    let state3 = e.path("state3");
+    let files = RunFiles {
+        manifest: &old,
+        state: &state3,
+        ..e.files()
+    };
+    let r = finish_run(output(run_cmd_with(files, &[], &["sh", "-c", "echo many"])));
     r.assert_refused("lease_revoked");
 }

@@ -169,21 +169,26 @@ impl Env {
 
     /// [`Env::run_cmd`] with another `--trust` key file.
     pub fn run_cmd_trusting(&self, trust: &Path, flags: &[&str], command: &[&str]) -> Command {
-        let mut c = cmd();
-        c.arg("run")
-            .arg("--goal")
-            .arg(&self.goal)
-            .arg("--manifest")
-            .arg(&self.manifest)
-            .arg("--trust")
-            .arg(trust)
-            .arg("--state-dir")
-            .arg(&self.state)
-            .args(flags);
-        if !command.is_empty() {
-            c.arg("--").args(command);
+        run_cmd_with(
+            RunFiles {
+                goal: &self.goal,
+                manifest: &self.manifest,
+                trust,
+                state: &self.state,
+            },
+            flags,
+            command,
+        )
+    }
+
+    /// This environment's run files, for [`run_cmd_with`] with one changed.
+    pub fn files(&self) -> RunFiles<'_> {
+        RunFiles {
+            goal: &self.goal,
+            manifest: &self.manifest,
+            trust: &self.trust,
+            state: &self.state,
         }
-        c
     }
 
     pub fn run(&self, flags: &[&str], command: &[&str]) -> Run {
@@ -247,6 +252,34 @@ impl Env {
         }
         n
     }
+}
+
+/// The files a `run` is pointed at.
+#[derive(Clone, Copy)]
+pub struct RunFiles<'a> {
+    pub goal: &'a Path,
+    pub manifest: &'a Path,
+    pub trust: &'a Path,
+    pub state: &'a Path,
+}
+
+/// `run --goal --manifest --trust --state-dir FLAGS [-- COMMAND]`.
+pub fn run_cmd_with(files: RunFiles<'_>, flags: &[&str], command: &[&str]) -> Command {
+    let mut c = cmd();
+    c.arg("run")
+        .arg("--goal")
+        .arg(files.goal)
+        .arg("--manifest")
+        .arg(files.manifest)
+        .arg("--trust")
+        .arg(files.trust)
+        .arg("--state-dir")
+        .arg(files.state)
+        .args(flags);
+    if !command.is_empty() {
+        c.arg("--").args(command);
+    }
+    c
 }
 
 pub fn finish_run(o: Output) -> Run {
