@@ -21,49 +21,28 @@
 //! - every `run` prints a receipt-shaped document, refusals included;
 //! - `verify` only reads, and a human classification is never evidence.
 
-pub mod admission;
-pub mod approve;
-pub mod capture;
-pub mod cgroup;
 pub mod cli;
-pub mod doctor;
-pub mod env;
-pub mod escape;
-pub mod exit_code;
-pub mod fault;
-pub mod fuzzing;
-pub mod goal;
-pub mod identity;
-pub mod isolation;
-pub mod journal;
-pub mod lease;
+pub mod evidence;
+pub mod gate;
 pub mod ledger;
-pub mod limits;
-pub mod manifest_index;
 pub mod model;
-pub mod operator;
-pub mod out;
-pub mod process_limit;
-pub mod reach;
-pub mod receipt;
+pub mod os;
+pub mod process;
 pub mod run;
-pub mod run_error;
-pub mod safe_io;
-#[cfg(feature = "schema")]
-pub mod schema;
-pub mod scratch;
-pub mod sign;
-pub mod supervise;
-pub mod sys;
-pub mod toolchain;
-pub mod verify;
-pub mod view;
+pub mod testing;
 
 use clap::Parser;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use cli::{Cli, Command, JournalAction, ReceiptAction, VerifyFormat};
-use operator::OperatorError;
+use cli::args::{Cli, Command, JournalAction, ReceiptAction, VerifyFormat};
+use cli::operator::{self, OperatorError};
+use cli::{approve, doctor, out};
+use evidence::{escape, verify, view};
+use ledger::journal;
+use model::exit_code;
+use model::goal;
+use os::sys;
+use process::supervise;
 
 /// Make sure fds 0, 1, 2 exist, so no file we open later lands on them.
 fn ensure_std_fds() {

@@ -1,7 +1,7 @@
 #![no_main]
-//! See `governed_exec::fuzzing::checkpoint`.
+//! See `governed_exec::testing::fuzzing::checkpoint`.
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    governed_exec::fuzzing::checkpoint(data);
+    governed_exec::testing::fuzzing::checkpoint(data);
 });

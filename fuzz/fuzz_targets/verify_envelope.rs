@@ -7,5 +7,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    governed_exec::verify::fuzz_verify_envelope(data);
+    governed_exec::evidence::verify::fuzz_verify_envelope(data);
 });

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::journal::{self, AttemptLock, Committed, Event, Journal, JournalError, Summary};
+use crate::ledger::journal::{self, AttemptLock, Committed, Event, Journal, JournalError, Summary};
 
 use super::{AttemptHold, Chain, GoalSession, Ledger, LedgerError};
 

@@ -22,12 +22,13 @@
 //! advisory lock), which a dead runner's kernel or server releases: an open
 //! attempt whose witness is free is `unknown` for every reader.
 
+pub mod journal;
 mod local;
 mod pg;
 
 use std::path::{Path, PathBuf};
 
-use crate::journal::{
+use crate::ledger::journal::{
     AttemptState, AttemptSummary, Classification, Committed, Entry, Event, Summary,
 };
 
@@ -79,7 +80,7 @@ impl LedgerSpec {
     pub fn for_lease(&self) -> Result<String, String> {
         match self {
             LedgerSpec::Path(p) => {
-                crate::journal::ensure_dir(&p.join("journal"))
+                crate::ledger::journal::ensure_dir(&p.join("journal"))
                     .map_err(|e| format!("--ledger: {e}"))?;
                 std::fs::canonicalize(p)
                     .map(|c| c.display().to_string())
@@ -108,7 +109,7 @@ pub fn from_flags(
         None => Ok(Box::new(LocalLedger::state_dir(
             &state_dir
                 .map(Path::to_path_buf)
-                .unwrap_or_else(crate::journal::default_state_dir),
+                .unwrap_or_else(crate::ledger::journal::default_state_dir),
         ))),
     }
 }
@@ -172,7 +173,7 @@ pub trait AttemptHold {
 
 /// The attempts of a session's Goal with no result yet, with their state.
 pub fn open_attempts(s: &dyn GoalSession) -> Vec<AttemptSummary> {
-    crate::journal::open_attempts_with(s.summary(), &|id| s.is_live(id))
+    crate::ledger::journal::open_attempts_with(s.summary(), &|id| s.is_live(id))
 }
 
 /// Every record of every Goal, failing on the first broken chain.
@@ -185,7 +186,7 @@ pub fn all_entries(l: &dyn Ledger) -> Result<Vec<Entry>, LedgerError> {
 }
 
 pub fn attempts(l: &dyn Ledger, entries: &[Entry]) -> Vec<AttemptSummary> {
-    crate::journal::attempts_of_with(entries, &|id| l.attempt_is_live(id))
+    crate::ledger::journal::attempts_of_with(entries, &|id| l.attempt_is_live(id))
 }
 
 /// What an operator's command (`resolve`, `revoke`) can go wrong with: an

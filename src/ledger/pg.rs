@@ -33,8 +33,10 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 
-use crate::journal::{self, Committed, Entry, Event, Record, Summary, GENESIS, JOURNAL_VERSION};
-use crate::sign::sha256_hex;
+use crate::evidence::sign::sha256_hex;
+use crate::ledger::journal::{
+    self, Committed, Entry, Event, Record, Summary, GENESIS, JOURNAL_VERSION,
+};
 
 use super::{AttemptHold, Chain, GoalSession, Ledger, LedgerError};
 

@@ -34,28 +34,28 @@ fn saved_fuzz_inputs_do_not_panic() {
     }
     for d in inputs("parse_receipt") {
         if let Ok(env) = parse_json::<Envelope>("t", &d) {
-            let _ = governed_exec::receipt::decode_statement(&env);
+            let _ = governed_exec::evidence::receipt::decode_statement(&env);
         }
         let _ = parse_json::<Statement>("t", &d);
     }
     for d in inputs("parse_journal") {
-        let _ = governed_exec::journal::parse_journal_bytes(Path::new("t.jsonl"), &d);
+        let _ = governed_exec::ledger::journal::parse_journal_bytes(Path::new("t.jsonl"), &d);
     }
     for d in inputs("checkpoint") {
-        governed_exec::fuzzing::checkpoint(&d);
+        governed_exec::testing::fuzzing::checkpoint(&d);
     }
     for d in inputs("pem_key") {
-        governed_exec::fuzzing::pem_key(&d);
+        governed_exec::testing::fuzzing::pem_key(&d);
     }
     for d in inputs("lease") {
-        governed_exec::fuzzing::lease(&d);
+        governed_exec::testing::fuzzing::lease(&d);
     }
     for d in inputs("output_projection") {
-        governed_exec::fuzzing::output_projection(&d);
+        governed_exec::testing::fuzzing::output_projection(&d);
     }
     let seeds = inputs("verify_envelope");
     assert!(!seeds.is_empty(), "the seed corpus is missing");
     for d in seeds {
-        governed_exec::verify::fuzz_verify_envelope(&d);
+        governed_exec::evidence::verify::fuzz_verify_envelope(&d);
     }
 }

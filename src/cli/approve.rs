@@ -1,0 +1,478 @@
+//! `approve`: the human's act. Resolve the request to its identity, show in
+//! plain words exactly what is being approved, sign the lease and add it to
+//! the manifest. Never prompts: the decision was made by running the command.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use crate::gate::identity::{self, CLEAN_PATH};
+use crate::gate::lease;
+use crate::ledger::LedgerSpec;
+use crate::model::goal;
+use crate::model::{
+    Binding, EnvPolicy, IsolationRequest, LeaseBody, Limits, Manifest, MaxProcesses, Profile,
+    Request, Supersession, UserSpec, LEASE_SCHEMA,
+};
+use crate::process::isolation::boundary_text;
+use crate::process::limits::{format_ms, format_size, tier};
+use crate::run::{new_id, read_request};
+use crate::{evidence::escape, evidence::sign, process::env};
+
+pub struct LimitOverrides {
+    pub wall_time: Option<Duration>,
+    pub kill_grace: Option<Duration>,
+    pub cancel_grace: Option<Duration>,
+    pub cpu_time: Option<Duration>,
+    pub memory: Option<u64>,
+    pub max_processes: Option<MaxProcesses>,
+    pub max_open_files: Option<u64>,
+    pub max_file_size: Option<u64>,
+    pub keep_output: Option<u64>,
+    pub output_cap: Option<u64>,
+}
+
+pub struct ApproveArgs {
+    pub goal: PathBuf,
+    pub workspace: PathBuf,
+    pub manifest: PathBuf,
+    pub key: PathBuf,
+    pub ttl: Duration,
+    pub uses: u64,
+    pub approver: Option<String>,
+    pub profile: Option<Profile>,
+    pub cwd: Option<String>,
+    pub limits: LimitOverrides,
+    pub env: Vec<String>,
+    pub as_user: Option<String>,
+    pub fs_write: Vec<PathBuf>,
+    pub fs_write_scope: bool,
+    pub fs_read: Vec<PathBuf>,
+    pub no_network: bool,
+    pub pid_namespace: bool,
+    pub max_executable_size: u64,
+    pub request: Option<String>,
+    pub command: Vec<String>,
+    /// Bind by content (CONTRACT §4 "Binding") instead of this machine.
+    pub portable: bool,
+    /// `--ledger PATH|postgres://HOST[:PORT]/DB`.
+    pub ledger: Option<String>,
+}
+
+/// The smallest values under which a program can start at all; below them
+/// every run would spend a use and fail, so `approve` refuses them.
+pub const MIN_MEMORY_BYTES: u64 = 16 * 1024 * 1024;
+/// stdin, stdout, stderr, a `#!` script's fd 3, one for the dynamic loader.
+pub const MIN_OPEN_FILES: u64 = 5;
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// The latest expiry a lease can name: 9999-12-31T23:59:59Z (RFC 3339).
+const MAX_EXPIRY_SECS: u64 = 253_402_300_799;
+
+fn millis(flag: &str, d: Duration) -> Result<u64, String> {
+    u64::try_from(d.as_millis()).map_err(|_| {
+        format!(
+            "{flag} {}: too large (at most {} ms)",
+            humantime::format_duration(d),
+            u64::MAX
+        )
+    })
+}
+
+fn apply_overrides(mut l: Limits, o: &LimitOverrides) -> Result<Limits, String> {
+    if let Some(d) = o.wall_time {
+        l.wall_time_ms = millis("--wall-time", d)?;
+    }
+    if let Some(d) = o.kill_grace {
+        l.kill_grace_ms = millis("--kill-grace", d)?;
+    }
+    if let Some(d) = o.cancel_grace {
+        l.cancel_grace_ms = millis("--cancel-grace", d)?;
+    }
+    if let Some(d) = o.cpu_time {
+        l.cpu_time_s = d.as_secs().max(1);
+    }
+    let set = |dst: &mut u64, v: Option<u64>| {
+        if let Some(v) = v {
+            *dst = v;
+        }
+    };
+    set(&mut l.memory_bytes, o.memory);
+    if let Some(m) = o.max_processes {
+        l.max_processes = m;
+    }
+    set(&mut l.max_open_files, o.max_open_files);
+    set(&mut l.max_file_size_bytes, o.max_file_size);
+    set(&mut l.keep_output_bytes, o.keep_output);
+    set(&mut l.output_cap_bytes, o.output_cap);
+    for (name, v, min, why) in [
+        ("--wall-time", l.wall_time_ms, 1, "1ms"),
+        (
+            "--memory",
+            l.memory_bytes,
+            MIN_MEMORY_BYTES,
+            "16MiB (the smallest address space in which a dynamically linked program reliably starts)",
+        ),
+        (
+            "--max-open-files",
+            l.max_open_files,
+            MIN_OPEN_FILES,
+            "5 (stdin, stdout, stderr, a script's fd and one for the dynamic loader)",
+        ),
+    ] {
+        if v < min {
+            return Err(format!(
+                "{name} {v}: nothing can run under it; the minimum that works is {why}"
+            ));
+        }
+    }
+    Ok(l)
+}
+
+/// `issued + ttl`, refused when no program could use it (below 1s) or it
+/// would pass the latest time a lease can name.
+fn expiry(issued: SystemTime, ttl: Duration) -> Result<SystemTime, String> {
+    let shown = humantime::format_duration(ttl);
+    if ttl < MIN_TTL {
+        return Err(format!(
+            "--ttl {shown}: the lease would expire before any run; the minimum that works is 1s"
+        ));
+    }
+    let latest = SystemTime::UNIX_EPOCH + Duration::from_secs(MAX_EXPIRY_SECS);
+    issued
+        .checked_add(ttl)
+        .filter(|t| *t <= latest)
+        .ok_or_else(|| {
+            format!("--ttl {shown}: the lease would expire after 9999-12-31T23:59:59Z, the latest time a lease can name; give a shorter --ttl")
+        })
+}
+
+fn parse_user(s: &str) -> Result<UserSpec, String> {
+    let (u, g) = match s.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (s, None),
+    };
+    let uid: u32 = u
+        .parse()
+        .map_err(|_| format!("--as-user {s:?}: expected UID[:GID] as numbers"))?;
+    let gid: u32 = match g {
+        Some(g) => g
+            .parse()
+            .map_err(|_| format!("--as-user {s:?}: expected UID[:GID] as numbers"))?,
+        None => uid,
+    };
+    Ok(UserSpec { uid, gid })
+}
+
+/// Resolve, sign and store the lease. Returns the lease id.
+pub fn approve(a: ApproveArgs) -> Result<String, String> {
+    let goal = goal::load(&a.goal)?;
+    let key = sign::load_signing_key(&a.key).map_err(|e| e.to_string())?;
+    let request = match (&a.request, a.command.is_empty()) {
+        (Some(_), false) => {
+            return Err("give either --request FILE or -- EXECUTABLE [ARG...], not both".into())
+        }
+        (None, true) => {
+            return Err("nothing to approve: give --request FILE or -- EXECUTABLE [ARG...]".into())
+        }
+        (Some(src), true) => {
+            let r = read_request(src)?;
+            if a.profile.is_some_and(|p| p != r.profile)
+                || a.cwd.as_ref().is_some_and(|c| c != &r.cwd)
+            {
+                return Err(
+                    "--profile/--cwd disagree with the request file; the request file decides"
+                        .into(),
+                );
+            }
+            r
+        }
+        (None, false) => {
+            let mut words = a.command.clone();
+            let executable = words.remove(0);
+            Request {
+                executable,
+                argv: words,
+                cwd: a.cwd.clone().unwrap_or_else(|| ".".into()),
+                profile: a.profile.unwrap_or(Profile::Standard),
+            }
+        }
+    };
+    if request.argv.iter().any(|s| s.contains('\0')) {
+        return Err("argv contains a NUL byte, which execve cannot pass".into());
+    }
+    let ws_canon = std::fs::canonicalize(&a.workspace)
+        .map_err(|e| format!("workspace {}: {e}", a.workspace.display()))?;
+    let workspace = identity::open_dir(&ws_canon).map_err(|e| format!("workspace: {e}"))?;
+    let cwd_path = identity::resolve_cwd(&ws_canon, &request.cwd).map_err(|e| e.to_string())?;
+    let cwd = identity::open_dir(&cwd_path).map_err(|e| format!("cwd: {e}"))?;
+
+    let mut fixed = std::collections::BTreeMap::new();
+    for s in &a.env {
+        let (k, v) = env::parse_assignment(s)?;
+        fixed.insert(k, v);
+    }
+    let path = fixed
+        .remove("PATH")
+        .unwrap_or_else(|| CLEAN_PATH.to_string());
+    let env_policy = EnvPolicy { path, fixed };
+    let exe = identity::open_executable(
+        &request.executable,
+        &env_policy.path,
+        &cwd_path,
+        a.max_executable_size,
+        identity::Snapshot::HashOnly,
+    )
+    .map_err(|e| e.to_string())?;
+
+    let limits = apply_overrides(tier(request.profile), &a.limits)?;
+    let canonical_all = |flag: &str, paths: &[PathBuf]| -> Result<Vec<String>, String> {
+        paths
+            .iter()
+            .map(|p| {
+                std::fs::canonicalize(p)
+                    .map(|c| c.display().to_string())
+                    .map_err(|e| format!("{flag} {}: {e}", p.display()))
+            })
+            .collect()
+    };
+    let fs_read = (!a.fs_read.is_empty())
+        .then(|| canonical_all("--fs-read", &a.fs_read))
+        .transpose()?;
+    let fs_write = (!a.fs_write.is_empty() || a.fs_write_scope || fs_read.is_some())
+        .then(|| canonical_all("--fs-write", &a.fs_write))
+        .transpose()?;
+    let isolation = IsolationRequest {
+        as_user: a.as_user.as_deref().map(parse_user).transpose()?,
+        fs_write,
+        fs_read,
+        no_network: a.no_network,
+        pid_namespace: a.pid_namespace,
+    };
+    if a.uses == 0 {
+        return Err("--uses 0: nothing could run; the minimum that works is 1".into());
+    }
+    let ledger = a
+        .ledger
+        .as_deref()
+        .map(|l| LedgerSpec::parse(l).and_then(|s| s.for_lease()))
+        .transpose()?;
+    let (binding, portable) = if a.portable {
+        (
+            Binding::Portable,
+            Some(identity::portable(&exe.identity, &ws_canon)),
+        )
+    } else {
+        (Binding::Machine, None)
+    };
+    let now = SystemTime::now();
+    let expires = expiry(now, a.ttl)?;
+    let approver = a
+        .approver
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()));
+    let body = LeaseBody {
+        schema: LEASE_SCHEMA.into(),
+        lease_id: new_id("lease"),
+        goal: goal.reference(),
+        workspace: workspace.identity,
+        request,
+        executable: exe.identity,
+        cwd: cwd.identity,
+        limits,
+        env: env_policy,
+        isolation,
+        approver,
+        issued_at: humantime::format_rfc3339_seconds(now).to_string(),
+        expires_at: humantime::format_rfc3339_seconds(expires).to_string(),
+        max_uses: a.uses,
+        binding,
+        portable,
+        ledger,
+    };
+    eprint!("{}", summary(&body, a.ttl));
+    let sealed = lease::seal(body, &key);
+    let id = sealed.body.lease_id.clone();
+    let goal_id = sealed.body.goal.id.clone();
+    let replaced = lease::update_manifest(&a.manifest, true, |m| {
+        let replaced = supersede(m, &sealed.body);
+        m.leases.push(sealed);
+        Ok(replaced)
+    })?;
+    for (old, _) in &replaced {
+        eprintln!("  {:<13} lease {old} (same goal, request and binding): marked superseded; it no longer runs", "replaces");
+    }
+    // A superseded lease that names a ledger is revoked there too, as
+    // `revoke` does: every runner checks that ledger, so an old manifest
+    // copy cannot bring the replaced lease back beside the new one.
+    for (old, named) in &replaced {
+        let Some(named) = named else { continue };
+        let l = crate::ledger::LedgerSpec::parse(named)?.open();
+        let by = format!("superseded by lease {id}");
+        crate::ledger::revoke(&*l, &goal_id, old, &by).map_err(|e| {
+            format!("lease {old} is marked superseded in {} but not yet revoked in its ledger {}: {e}; run `revoke --lease {old}` once the ledger is reachable",
+                escape::visible(&a.manifest.display().to_string()), escape::visible(&l.name()))
+        })?;
+    }
+    eprintln!(
+        "approved: lease {id} added to {}",
+        escape::visible(&a.manifest.display().to_string())
+    );
+    Ok(id)
+}
+
+/// Mark every live lease that `new` covers (same Goal id, request and
+/// workspace binding) superseded by it. Returns their ids and the ledgers
+/// they name.
+fn supersede(m: &mut Manifest, new: &LeaseBody) -> Vec<(String, Option<String>)> {
+    let same_binding = |b: &LeaseBody| match (b.binding, new.binding) {
+        (Binding::Machine, Binding::Machine) => b.workspace.path == new.workspace.path,
+        (Binding::Portable, Binding::Portable) => true,
+        _ => false,
+    };
+    let dead: std::collections::BTreeSet<String> = m
+        .revocations
+        .iter()
+        .map(|r| r.lease_id.clone())
+        .chain(m.superseded.iter().map(|s| s.lease_id.clone()))
+        .collect();
+    let replaced: Vec<(String, Option<String>)> = m
+        .leases
+        .iter()
+        .map(|l| &l.body)
+        .filter(|b| {
+            b.goal.id == new.goal.id
+                && b.request == new.request
+                && same_binding(b)
+                && !dead.contains(&b.lease_id)
+        })
+        .map(|b| (b.lease_id.clone(), b.ledger.clone()))
+        .collect();
+    let at = crate::ledger::journal::now_rfc3339();
+    for (old, _) in &replaced {
+        m.superseded.push(Supersession {
+            lease_id: old.clone(),
+            by_lease: new.lease_id.clone(),
+            at: at.clone(),
+        });
+    }
+    replaced
+}
+
+/// The plain-language approval summary.
+pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
+    // Every string in the summary may come from the request or the disk:
+    // `quoted` shows hidden characters (bidi overrides, zero-width, controls)
+    // as `\u{…}`, and the whole text passes through `visible_lines` at the
+    // end. The lease keeps the exact bytes.
+    let q = |s: &str| escape::quoted(s);
+    let e = &b.executable;
+    let mut out = String::new();
+    let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<13} {v}\n"));
+    line("lease", b.lease_id.clone());
+    line(
+        "goal",
+        format!(
+            "{} revision {} (sha256 {})",
+            q(&b.goal.id),
+            b.goal.revision,
+            b.goal.sha256
+        ),
+    );
+    line(
+        "executable",
+        format!("{} resolves to {}", q(&e.requested), e.canonical_path),
+    );
+    for hop in &e.symlink_chain {
+        line("  via symlink", format!("{} -> {}", hop.path, hop.target));
+    }
+    match &b.portable {
+        None => line(
+            "sha256",
+            format!("{} ({} bytes, inode {})", e.sha256, e.size, e.inode),
+        ),
+        Some(_) => line("sha256", format!("{} ({} bytes)", e.sha256, e.size)),
+    }
+    match &b.portable {
+        None => line(
+            "binding",
+            "machine: this workspace and executable on this machine (path, device, inode, creation stamp, timestamps)".into(),
+        ),
+        Some(p) => line(
+            "binding",
+            format!(
+                "portable: executable {} ({}), mode {:o} and sha256; the workspace is the directory `run --workspace` names (default: the current directory); inode, device and timestamps are not checked",
+                p.executable_path,
+                if p.in_workspace { "relative to the workspace" } else { "absolute" },
+                p.mode & 0o7777
+            ),
+        ),
+    }
+    if let Some(i) = &e.interpreter {
+        line(
+            "interpreter",
+            format!("#!{i} (a script: its bytes are pinned, the interpreter reads the sealed copy; the interpreter itself is opened by path, not pinned by hash)"),
+        );
+    }
+    let argv: Vec<String> = std::iter::once(&b.request.executable)
+        .chain(&b.request.argv)
+        .map(|a| q(a))
+        .collect();
+    line("argv", format!("[{}] (literal: no shell)", argv.join(", ")));
+    line(
+        "cwd",
+        format!("{} (workspace {})", b.cwd.path, b.workspace.path),
+    );
+    for (what, d) in [("workspace", &b.workspace), ("cwd", &b.cwd)] {
+        if d.creation.is_none() {
+            line("warning", format!("the filesystem of the {what} offers no creation stamp: re-creation at the same inode cannot be detected there"));
+        }
+    }
+    line("profile", b.request.profile.to_string());
+    let l = &b.limits;
+    line("limits", format!(
+        "wall time {}, kill grace {}, cancel grace {}, cpu time {}s, memory (address space) {}, processes {}, open files {}, file size {}, kept output {} per stream (half head, half tail), output cap {}",
+        format_ms(l.wall_time_ms), format_ms(l.kill_grace_ms), format_ms(l.cancel_grace_ms), l.cpu_time_s, format_size(l.memory_bytes),
+        l.max_processes, l.max_open_files, format_size(l.max_file_size_bytes), format_size(l.keep_output_bytes), format_size(l.output_cap_bytes)
+    ));
+    if l.max_processes == MaxProcesses::UNLIMITED {
+        line(
+            "processes",
+            "UNLIMITED: the approver waived the process limit (--max-processes unlimited); nothing bounds how many processes the run may start".into(),
+        );
+    }
+    line("environment", env::describe(&b.env));
+    for w in crate::cli::toolchain::warnings(b) {
+        line("warning", w);
+    }
+    line(
+        "stdin",
+        "/dev/null; no terminal; new session; no inherited fds".into(),
+    );
+    line(
+        "valid",
+        format!(
+            "from {} until {} ({}), {} use(s)",
+            b.issued_at,
+            b.expires_at,
+            humantime::format_duration(ttl),
+            b.max_uses
+        ),
+    );
+    line("approver", b.approver.clone());
+    match &b.ledger {
+        None => line(
+            "ledger",
+            "the runner's state dir: uses, revocations and unknown outcomes are counted per state dir, so runners with different state dirs each count their own uses".into(),
+        ),
+        Some(l) => line(
+            "ledger",
+            format!("{l}: every run spends its uses there, whatever its state dir; unreachable means refused (ledger_unavailable)"),
+        ),
+    }
+    let uid = b
+        .isolation
+        .as_user
+        .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
+    line("boundary", boundary_text(&b.isolation, uid, None, None));
+    escape::visible_lines(&format!("governed-exec: approval summary\n{out}"))
+}

@@ -1,0 +1,383 @@
+//! `doctor`: what `run` could enforce on this machine, as this uid, and by
+//! which mechanism — or, for each thing it could not, the exact reason.
+//!
+//! Every answer comes from the function `run` itself calls, executed for
+//! real: namespaces are entered inside a throw-away child
+//! ([`sys::probe_in_child`]), the seccomp filter is installed in one and
+//! tried, a pids cgroup is created and removed, `clone3` is probed with an
+//! argument the kernel rejects before creating anything. An approver runs
+//! it on the target before approving.
+
+use nix::sys::resource::{getrlimit, Resource};
+use serde::Serialize;
+
+use crate::model::{MaxProcesses, Profile};
+use crate::os::sys;
+use crate::process::cgroup::{self, RunCgroups};
+use crate::process::isolation;
+use crate::process::limits::tier;
+use crate::process::process_limit;
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub available: bool,
+    /// The mechanism `run` uses for it here, when available.
+    pub mechanism: Option<String>,
+    /// Plain words: how, or exactly why not.
+    pub detail: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProfileLimit {
+    pub profile: String,
+    pub max_processes: MaxProcesses,
+    /// The mechanism `run` would choose for a child of this uid, or `None`
+    /// when such a lease would be refused `isolation_unavailable`.
+    pub mechanism: Option<String>,
+    pub detail: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub uid: u32,
+    pub euid: u32,
+    pub kernel: String,
+    pub checks: Vec<Check>,
+    /// `max_processes` of each profile's default, for a child running as
+    /// this uid (no `--as-user`).
+    pub process_limit_by_profile: Vec<ProfileLimit>,
+}
+
+fn check(name: &'static str, r: Result<(String, String), String>) -> Check {
+    match r {
+        Ok((mechanism, detail)) => Check {
+            name,
+            available: true,
+            mechanism: Some(mechanism),
+            detail,
+        },
+        Err(detail) => Check {
+            name,
+            available: false,
+            mechanism: None,
+            detail,
+        },
+    }
+}
+
+/// `CAP_SYS_RESOURCE`: raise a hard rlimit.
+const CAP_SYS_RESOURCE: u32 = 24;
+
+/// Whether the child could set `resource` to the largest tier's value: a
+/// hard limit can only be lowered without `CAP_SYS_RESOURCE`.
+fn rlimit_check(
+    resource: Resource,
+    mechanism: &str,
+    largest: u64,
+    can_raise: bool,
+) -> Result<(String, String), String> {
+    let hard = getrlimit(resource).map(|(_, hard)| hard).unwrap_or(0);
+    let shown = |v: u64| {
+        if v == libc::RLIM_INFINITY {
+            "unlimited".to_string()
+        } else {
+            v.to_string()
+        }
+    };
+    if can_raise || hard >= largest {
+        Ok((
+            mechanism.to_string(),
+            format!(
+                "setrlimit in the child before exec (soft = hard = the lease's value); this process's hard limit: {}{}",
+                shown(hard),
+                if can_raise { ", and it may raise it (CAP_SYS_RESOURCE)" } else { "" }
+            ),
+        ))
+    } else {
+        Err(format!(
+            "this process's hard limit is {} (below the long tier's {largest}) and it cannot raise it (no CAP_SYS_RESOURCE): a lease above {} ends exec_failed at setrlimit; approve a value at most that",
+            shown(hard),
+            shown(hard)
+        ))
+    }
+}
+
+fn errno_text(errno: i32) -> String {
+    let name = match errno {
+        libc::ENOSYS => "ENOSYS",
+        libc::EPERM => "EPERM",
+        libc::EACCES => "EACCES",
+        libc::EINVAL => "EINVAL",
+        _ => "",
+    };
+    format!("{name} ({})", std::io::Error::from_raw_os_error(errno))
+}
+
+pub fn report() -> Report {
+    let uid = nix::unistd::getuid().as_raw();
+    let euid = nix::unistd::geteuid().as_raw();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let mut checks = Vec::new();
+
+    checks.push(check(
+        "spawn",
+        Ok(match sys::clone3_probe() {
+            Ok(()) => (
+                "clone3".into(),
+                "clone3 with CLONE_PIDFD (and CLONE_INTO_CGROUP for a v2 group)".into(),
+            ),
+            Err(errno) => (
+                "clone_pidfd".into(),
+                format!(
+                    "clone3 answers {}, as under Docker's default seccomp profile: run uses clone with CLONE_PIDFD (pidfd from birth; the child joins its v2 cgroup itself before exec), or fork + pidfd_open on a kernel without CLONE_PIDFD",
+                    errno_text(errno)
+                ),
+            ),
+        }),
+    ));
+
+    // The same groups `run` makes, made and removed again.
+    let probe_id = crate::run::new_id("doctor");
+    let largest = tier(Profile::Long).max_processes.limit();
+    let cgroups = RunCgroups::create(&probe_id, largest, false);
+    checks.push(check(
+        "pids_cgroup",
+        match cgroups.process_limit() {
+            Some(kind) => Ok((
+                kind.into(),
+                "a pids cgroup is made for each run, with the lease's max_processes".into(),
+            )),
+            None => Err(if cgroups.notes().is_empty() {
+                "no pids cgroup could be made".into()
+            } else {
+                cgroups.notes().join("; ")
+            }),
+        },
+    ));
+    checks.push(check(
+        "rlimit_nproc",
+        if euid != 0 {
+            Ok((
+                "rlimit_nproc".into(),
+                format!("binds a child running as uid {euid} (it counts every process of that uid)"),
+            ))
+        } else {
+            Err("the child runs as root (governed-exec's uid), which RLIMIT_NPROC does not bind; it binds a child approved with --as-user to a non-root uid".into())
+        },
+    ));
+    // The other limits of a lease: rlimits the child sets on itself just
+    // before exec (soft = hard = the lease's value), and the runner's own
+    // deadline and output cap.
+    let long = tier(Profile::Long);
+    let can_raise = euid == 0 && sys::has_effective_capability(CAP_SYS_RESOURCE);
+    for (name, resource, rlimit, largest) in [
+        (
+            "memory",
+            Resource::RLIMIT_AS,
+            "rlimit_as",
+            long.memory_bytes,
+        ),
+        (
+            "cpu_time",
+            Resource::RLIMIT_CPU,
+            "rlimit_cpu",
+            long.cpu_time_s,
+        ),
+        (
+            "open_files",
+            Resource::RLIMIT_NOFILE,
+            "rlimit_nofile",
+            long.max_open_files,
+        ),
+        (
+            "file_size",
+            Resource::RLIMIT_FSIZE,
+            "rlimit_fsize",
+            long.max_file_size_bytes,
+        ),
+    ] {
+        checks.push(check(
+            name,
+            rlimit_check(resource, rlimit, largest, can_raise),
+        ));
+    }
+    checks.push(check(
+        "wall_time",
+        Ok((
+            "deadline".into(),
+            "the runner's own deadline: TERM to the whole tree, then KILL after the kill grace; `timed_out_reaped` only once every process was observed gone".into(),
+        )),
+    ));
+    checks.push(check(
+        "output_cap",
+        Ok((
+            "drain_count".into(),
+            "the runner drains and counts both streams: past the lease's output cap the tree is killed (`output_limit_reaped` once observed gone)".into(),
+        )),
+    ));
+    checks.push(check(
+        "enclosing_pids_max",
+        cgroup::enclosing_pids_max().map(|(n, file)| {
+            (
+                "enclosing_pids_max".into(),
+                format!(
+                    "{} = {n}: used for a lease whose max_processes is at least {n}",
+                    file.display()
+                ),
+            )
+        }),
+    ));
+    let process_limit_by_profile = [Profile::Short, Profile::Standard, Profile::Long]
+        .into_iter()
+        .map(|p| {
+            let max = tier(p).max_processes;
+            match process_limit::choose(max, euid, &cgroups) {
+                Ok(plan) => ProfileLimit {
+                    profile: p.to_string(),
+                    max_processes: max,
+                    mechanism: Some(plan.report.mechanism),
+                    detail: plan.report.detail,
+                },
+                Err(e) => ProfileLimit {
+                    profile: p.to_string(),
+                    max_processes: max,
+                    mechanism: None,
+                    detail: format!("refused isolation_unavailable: {e}"),
+                },
+            }
+        })
+        .collect();
+    checks.push(check(
+        "cgroup_kill",
+        if cgroups.has_kill() {
+            Ok((
+                "cgroup_v2".into(),
+                "a v2 group per run: cleanup also kills through cgroup.kill and requires `populated 0`".into(),
+            ))
+        } else {
+            Err("no cgroup v2 group can be made: cleanup relies on the subreaper tree walk (and a v1 pids group's members where there is one)".into())
+        },
+    ));
+    drop(cgroups);
+
+    checks.push(check(
+        "landlock",
+        match sys::landlock_abi_version() {
+            Some(abi) => Ok((
+                format!("landlock_abi_{abi}"),
+                format!("--fs-write/--fs-read enforced with Landlock ABI {abi}"),
+            )),
+            None => Err(format!(
+                "the kernel offers no Landlock: landlock_create_ruleset answers {}",
+                errno_text(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+            )),
+        },
+    ));
+    checks.push(check(
+        "user_namespace",
+        sys::probe_in_child(|| isolation::enter_user_namespace().map(|()| String::new()))
+            .map(|_| {
+                (
+                    "user_namespace".into(),
+                    "an unprivileged user namespace can be made (used for --no-network and --pid-namespace without CAP_SYS_ADMIN)".into(),
+                )
+            }),
+    ));
+    checks.push(check(
+        "no_network",
+        sys::probe_in_child(|| {
+            isolation::enter_namespaces(true, false)
+                .map(|ns| ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
+        })
+        .map(|m| {
+            let detail = match m.as_str() {
+                "seccomp_socket_families" => format!(
+                    "no namespace can be made here; a seccomp filter allows only {} sockets (no TCP/UDP at all, loopback included)",
+                    sys::SECCOMP_ALLOWED_FAMILIES.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(" and ")
+                ),
+                "user_and_network_namespace" => "a network namespace inside an unprivileged user namespace, loopback only".into(),
+                _ => "a network namespace with only loopback".into(),
+            };
+            (m, detail)
+        }),
+    ));
+    checks.push(check(
+        "pid_namespace",
+        sys::probe_in_child(|| {
+            isolation::enter_namespaces(false, true).map(|ns| ns.pid.unwrap_or("").to_string())
+        })
+        .map(|m| (m, "the child is PID 1 of its own PID namespace".into())),
+    ));
+    checks.push(check(
+        "seccomp",
+        sys::SocketFilter::no_network()
+            .ok_or_else(|| "no seccomp socket filter is written for this architecture".to_string())
+            .and_then(|f| f.check())
+            .map(|()| {
+                (
+                    "seccomp_filter".into(),
+                    "a seccomp filter can be installed (the --no-network fallback)".into(),
+                )
+            }),
+    ));
+    checks.push(check(
+        "as_user",
+        if euid == 0 {
+            Ok(("setresuid".into(), "governed-exec runs as root: --as-user UID[:GID] switches the child's uid/gid and drops every capability".into()))
+        } else {
+            Err(format!("governed-exec runs as uid {euid}; switching the child's uid needs root"))
+        },
+    ));
+    // The runner key (rootchild's rules, run.rs `signing_report`): which
+    // leases keep it out of the child's reach on this machine.
+    let admin = sys::has_effective_capability(21);
+    let landlock = sys::landlock_abi_version().is_some();
+    checks.push(check(
+        "runner_key_out_of_reach",
+        if euid == 0 && admin {
+            Ok(("as_user_or_mount_namespace".into(), "with --as-user to a non-root uid (a root-owned 0600 key is unreadable to it), or, for a uid-0 child, with any isolation option (its own mount namespace covers the key and it keeps only harmless capabilities); a lease without either leaves the key in reach and `verify` refuses the receipt unless --allow-key-in-reach".into()))
+        } else if euid == 0 {
+            Ok(("as_user".into(), "only with --as-user to a non-root uid: governed-exec lacks CAP_SYS_ADMIN (a container's default), so a uid-0 child gets no mount namespace to cover the key and can read it".into()))
+        } else if landlock {
+            Ok(("landlock".into(), format!("the child runs as uid {euid}, the key's owner; with any isolation option a Landlock ruleset denies it the key and the state dir; without one the key is in reach")))
+        } else {
+            Err(format!("the child runs as uid {euid}, the same uid that owns the runner key, and the kernel offers no Landlock to deny it the key"))
+        },
+    ));
+    Report {
+        uid,
+        euid,
+        kernel,
+        checks,
+        process_limit_by_profile,
+    }
+}
+
+pub fn render_text(r: &Report) -> String {
+    let mut out = format!(
+        "governed-exec doctor: uid {} (euid {}), kernel {}\n",
+        r.uid, r.euid, r.kernel
+    );
+    for c in &r.checks {
+        let head = match &c.mechanism {
+            Some(m) => format!("yes  {m}"),
+            None => "no".into(),
+        };
+        out.push_str(&format!("  {:<24} {head}: {}\n", c.name, c.detail));
+    }
+    out.push_str("  process limit of each profile, for a child of this uid:\n");
+    for p in &r.process_limit_by_profile {
+        out.push_str(&format!(
+            "    {:<9} max_processes {:<6} {}: {}\n",
+            p.profile,
+            p.max_processes.to_string(),
+            p.mechanism.as_deref().unwrap_or("REFUSED"),
+            p.detail
+        ));
+    }
+    out.push_str("    any       max_processes unlimited waived: the approver's explicit waiver, shown in the summary and the receipt\n");
+    out
+}

@@ -1,0 +1,94 @@
+//! Receipts: the in-toto Statement v1 whose predicate is the receipt body,
+//! signed by the runner key as a DSSE envelope.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use ed25519_dalek::SigningKey;
+
+use crate::evidence::sign;
+use crate::gate::identity;
+use crate::model::{
+    parse_json, Envelope, Product, ReceiptBody, Statement, StreamRecord, Subject,
+    DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE,
+};
+use crate::process::capture::StreamCapture;
+
+pub fn empty_stream() -> StreamRecord {
+    StreamCapture::new(0).finish(true)
+}
+
+/// Hash every product path after the process ended. A path that is not a
+/// regular file (or escapes the workspace through a symlink) is `missing`.
+pub fn products(workspace: &Path, paths: &[String]) -> Vec<Product> {
+    paths
+        .iter()
+        .map(|rel| match identity::hash_workspace_file(workspace, rel) {
+            Some((size, sha256)) => Product {
+                path: rel.clone(),
+                exists: true,
+                size: Some(size),
+                sha256: Some(sha256),
+            },
+            None => Product {
+                path: rel.clone(),
+                exists: false,
+                size: None,
+                sha256: None,
+            },
+        })
+        .collect()
+}
+
+pub fn statement(body: ReceiptBody) -> Statement {
+    let digest = |h: &str| BTreeMap::from([("sha256".to_string(), h.to_string())]);
+    let mut subject: Vec<Subject> = body
+        .products
+        .iter()
+        .filter_map(|p| {
+            p.sha256.as_ref().map(|h| Subject {
+                name: p.path.clone(),
+                digest: digest(h),
+            })
+        })
+        .collect();
+    subject.push(Subject {
+        name: "governed-exec:stdout".into(),
+        digest: digest(&body.streams.stdout.sha256),
+    });
+    subject.push(Subject {
+        name: "governed-exec:stderr".into(),
+        digest: digest(&body.streams.stderr.sha256),
+    });
+    Statement {
+        type_: STATEMENT_TYPE.into(),
+        subject,
+        predicate_type: PREDICATE_TYPE.into(),
+        predicate: body,
+    }
+}
+
+/// The signed envelope and the SHA-256 of its payload.
+pub fn seal(stmt: &Statement, key: Option<&SigningKey>) -> (Envelope, String) {
+    let payload = serde_json::to_vec(stmt).unwrap_or_default();
+    let digest = sign::sha256_hex(&payload);
+    (
+        sign::sign_envelope(key, DSSE_PAYLOAD_TYPE, &payload),
+        digest,
+    )
+}
+
+/// Size bound of a receipt file (kept output is bounded per stream).
+pub const MAX_RECEIPT_BYTES: u64 = 64 * 1024 * 1024;
+
+pub fn read_envelope(path: &Path) -> Result<Envelope, String> {
+    let bytes = crate::ledger::journal::read_bounded(path, MAX_RECEIPT_BYTES)
+        .map_err(|e| format!("receipt {}: {e}", path.display()))?;
+    parse_json(&format!("receipt {}", path.display()), &bytes)
+}
+
+/// Decode the statement without checking the signature (`receipt show`).
+pub fn decode_statement(env: &Envelope) -> Result<Statement, String> {
+    let payload = sign::b64_decode(&env.payload).ok_or("receipt payload is not valid base64")?;
+    parse_json("receipt statement", &payload)
+}

@@ -1,0 +1,701 @@
+//! `verify`: does this receipt prove the Goal done? Only reads.
+//!
+//! VERIFIED_DONE needs all of: the runner's signature over the DSSE PAE, a
+//! closed-shape statement of this project's predicate type, the same Goal
+//! id, revision and digest, an outcome the criteria allow (only `exited`
+//! unless an `outcome` criterion says otherwise), and every criterion met —
+//! `file` criteria both in the receipt's products and read back from disk
+//! now. A human `resolve` classification is never evidence.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::evidence::sign;
+use crate::gate::identity;
+use crate::ledger::journal::Event;
+use crate::model::goal::{self, LoadedGoal};
+use crate::model::{
+    parse_json, CleanupState, Criterion, OutcomeClass, Statement, DSSE_PAYLOAD_TYPE,
+    PREDICATE_TYPE, RECEIPT_SCHEMA, STATEMENT_TYPE,
+};
+
+#[derive(Debug, Serialize)]
+pub struct Verdict {
+    pub verdict: &'static str,
+    pub unmet: Vec<String>,
+    pub receipt_id: Option<String>,
+    pub attempt_id: Option<String>,
+    pub outcome: Option<OutcomeClass>,
+    /// What the receipt says of the runner key (`None`: it says nothing).
+    pub key_out_of_child_reach: Option<bool>,
+    /// `--allow-key-in-reach` was given.
+    pub key_in_reach_allowed: bool,
+}
+
+impl Verdict {
+    pub fn done(&self) -> bool {
+        self.verdict == "VERIFIED_DONE"
+    }
+}
+
+fn not_verified(reason: String) -> Verdict {
+    Verdict {
+        verdict: "NOT_VERIFIED",
+        unmet: vec![reason],
+        receipt_id: None,
+        attempt_id: None,
+        outcome: None,
+        key_out_of_child_reach: None,
+        key_in_reach_allowed: false,
+    }
+}
+
+/// Usage errors (unreadable goal, trust key or receipt file) are `Err`;
+/// everything about the receipt's content is a verdict.
+pub fn verify(
+    goal_path: &Path,
+    receipt_path: &Path,
+    trust_path: &Path,
+    state_dir: Option<&Path>,
+    allow_key_in_reach: bool,
+    ledger: Option<&str>,
+) -> Result<Verdict, String> {
+    let goal = goal::load(goal_path)?;
+    let cross_check = match (state_dir, ledger) {
+        (None, None) => None,
+        (s, l) => Some(crate::ledger::from_flags(l, s)?),
+    };
+    let trust = sign::load_verifying_key(trust_path).map_err(|e| e.to_string())?;
+    let bytes = crate::ledger::journal::read_bounded(
+        receipt_path,
+        crate::evidence::receipt::MAX_RECEIPT_BYTES,
+    )
+    .map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
+    // A file that is not a receipt at all (not JSON, not an envelope of the
+    // closed shape, or a statement the trusted key signed that this version
+    // cannot read) is bad input, exit 2, naming what is wrong; a receipt
+    // that is one but does not hold (a signature that fails, another goal,
+    // an outcome the criteria refuse) is a NOT_VERIFIED verdict.
+    let shown = receipt_path.display();
+    let labels = (
+        format!("receipt {shown}"),
+        format!("receipt {shown}: statement"),
+    );
+    let mut v = match authenticate(&bytes, &trust, (&labels.0, &labels.1)) {
+        Ok((stmt, payload)) => judge_authentic(&goal, &stmt, &payload, cross_check.as_deref()),
+        Err(Unauthentic::NotAnEnvelope(e) | Unauthentic::UnreadableStatement(e)) => return Err(e),
+        Err(Unauthentic::Fails(why)) => not_verified(why),
+    };
+    v.key_in_reach_allowed = allow_key_in_reach;
+    if allow_key_in_reach {
+        v.unmet
+            .retain(|u| !u.starts_with("signing_key_in_child_reach:"));
+        if v.unmet.is_empty() && v.receipt_id.is_some() {
+            v.verdict = "VERIFIED_DONE";
+        }
+    }
+    Ok(v)
+}
+
+/// The goal the `verify_envelope` fuzz target judges against.
+pub const FUZZ_GOAL: &[u8] =
+    br#"{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{"kind":"exit_code","equals":0}]}"#;
+/// The secret key bytes whose public half the `verify_envelope` target
+/// trusts; its seeds are signed with it, so mutations reach the judgement.
+pub const FUZZ_KEY: [u8; 32] = [7u8; 32];
+
+/// The fuzz target's invariant: a verdict, never a panic, and
+/// VERIFIED_DONE only for an envelope the trusted key signed, whose
+/// statement is for this goal and says `exited` with code 0.
+pub fn fuzz_verify_envelope(data: &[u8]) {
+    let key = ed25519_dalek::SigningKey::from_bytes(&FUZZ_KEY).verifying_key();
+    let v = judge_bytes(FUZZ_GOAL, data, &key);
+    if v.done() {
+        let env: crate::model::Envelope =
+            serde_json::from_slice(data).unwrap_or_else(|e| panic!("verified a non-envelope: {e}"));
+        let payload = sign::verify_envelope(&env, &key)
+            .unwrap_or_else(|e| panic!("verified bytes the key did not sign: {e}"));
+        let stmt: Statement = serde_json::from_slice(&payload)
+            .unwrap_or_else(|e| panic!("verified an unreadable statement: {e}"));
+        let o = &stmt.predicate.outcome;
+        assert_eq!(
+            o.class,
+            OutcomeClass::Exited,
+            "verified a non-exited outcome"
+        );
+        assert_eq!(o.exit_code, Some(0), "verified a failing exit code");
+        assert_eq!(
+            stmt.predicate
+                .signing
+                .as_ref()
+                .map(|s| s.key_out_of_child_reach),
+            Some(true),
+            "verified a receipt whose key was in the child's reach"
+        );
+        assert_eq!(
+            stmt.predicate.goal.as_ref().map(|g| g.sha256.clone()),
+            Some(sign::sha256_hex(FUZZ_GOAL)),
+            "verified a receipt of another goal"
+        );
+    }
+}
+
+/// `verify` without files (fuzzing entry): goal bytes, receipt bytes, key.
+/// An unreadable goal is a `NOT_VERIFIED` here.
+pub fn judge_bytes(goal: &[u8], receipt: &[u8], trust: &ed25519_dalek::VerifyingKey) -> Verdict {
+    match goal::from_bytes("goal", goal) {
+        Ok(g) => judge(&g, receipt, trust, None),
+        Err(e) => not_verified(format!("goal: {e}")),
+    }
+}
+
+/// Why receipt bytes did not authenticate.
+enum Unauthentic {
+    /// Not a DSSE envelope of the closed shape at all.
+    NotAnEnvelope(String),
+    /// Signed by the trusted key, but not a statement this version reads.
+    UnreadableStatement(String),
+    /// An envelope that does not hold: another payload type, or no valid
+    /// signature by the trusted key (the whole `authentic:` line).
+    Fails(String),
+}
+
+/// Parse the envelope, check its signature once, and read the statement it
+/// signs. `labels` name the envelope and the statement in parse errors.
+fn authenticate(
+    bytes: &[u8],
+    trust: &ed25519_dalek::VerifyingKey,
+    labels: (&str, &str),
+) -> Result<(Statement, Vec<u8>), Unauthentic> {
+    let env: crate::model::Envelope =
+        parse_json(labels.0, bytes).map_err(Unauthentic::NotAnEnvelope)?;
+    let signed = match sign::verify_envelope(&env, trust) {
+        Ok(payload) => {
+            let stmt: Statement =
+                parse_json(labels.1, &payload).map_err(Unauthentic::UnreadableStatement)?;
+            Ok((stmt, payload))
+        }
+        Err(e) => Err(Unauthentic::Fails(format!("authentic: {e}"))),
+    };
+    if env.payload_type != DSSE_PAYLOAD_TYPE {
+        return Err(Unauthentic::Fails(format!(
+            "authentic: payloadType is {:?}, expected {DSSE_PAYLOAD_TYPE:?}",
+            env.payload_type
+        )));
+    }
+    signed
+}
+
+fn judge(
+    goal: &LoadedGoal,
+    bytes: &[u8],
+    trust: &ed25519_dalek::VerifyingKey,
+    ledger: Option<&dyn crate::ledger::Ledger>,
+) -> Verdict {
+    match authenticate(bytes, trust, ("receipt", "receipt statement")) {
+        Ok((stmt, payload)) => judge_authentic(goal, &stmt, &payload, ledger),
+        Err(Unauthentic::NotAnEnvelope(e)) => not_verified(format!(
+            "authentic: not a DSSE envelope of the expected shape: {e}"
+        )),
+        Err(Unauthentic::UnreadableStatement(e)) => not_verified(format!("authentic: {e}")),
+        Err(Unauthentic::Fails(why)) => not_verified(why),
+    }
+}
+
+/// The verdict on a receipt whose signature and shape already held.
+fn judge_authentic(
+    goal: &LoadedGoal,
+    stmt: &Statement,
+    payload: &[u8],
+    ledger: Option<&dyn crate::ledger::Ledger>,
+) -> Verdict {
+    let p = &stmt.predicate;
+    let mut unmet = Vec::new();
+    // A key the child could read lets the child forge this very receipt:
+    // it proves nothing against the child it describes (CONTRACT §2).
+    match &p.signing {
+        Some(s) if !s.key_out_of_child_reach => unmet.push(format!(
+            "signing_key_in_child_reach: the runner key was within the child's reach ({}); pass --allow-key-in-reach to accept it anyway",
+            s.why
+        )),
+        None if p.attempt_id.is_some() => unmet.push(
+            "signing_key_in_child_reach: the receipt does not say whether the runner key was out of the child's reach; pass --allow-key-in-reach to accept it anyway".into(),
+        ),
+        _ => {}
+    }
+    if stmt.type_ != STATEMENT_TYPE
+        || stmt.predicate_type != PREDICATE_TYPE
+        || p.schema != RECEIPT_SCHEMA
+    {
+        unmet.push(format!(
+            "format: statement type {:?}, predicate type {:?}, schema {:?} are not this version's",
+            stmt.type_, stmt.predicate_type, p.schema
+        ));
+    }
+    let want = goal.reference();
+    match &p.goal {
+        None => unmet.push("goal: the receipt names no goal".into()),
+        Some(g) => {
+            if g.id != want.id {
+                unmet.push(format!(
+                    "goal: receipt is for goal {:?}, not {:?}",
+                    g.id, want.id
+                ));
+            }
+            if g.revision != want.revision {
+                unmet.push(format!(
+                    "goal: receipt is for revision {}, not {}",
+                    g.revision, want.revision
+                ));
+            }
+            if g.sha256 != want.sha256 {
+                unmet.push(format!(
+                    "goal: receipt's goal digest {} differs from this goal file's {}",
+                    g.sha256, want.sha256
+                ));
+            }
+        }
+    }
+    let class = p.outcome.class;
+    let allowed: Vec<Vec<OutcomeClass>> = goal
+        .goal
+        .criteria
+        .iter()
+        .filter_map(|c| match c {
+            Criterion::Outcome { allowed } => Some(allowed.clone()),
+            _ => None,
+        })
+        .collect();
+    let outcome_ok = if allowed.is_empty() {
+        class == OutcomeClass::Exited
+    } else {
+        allowed.iter().all(|set| set.contains(&class))
+    };
+    if !outcome_ok {
+        unmet.push(format!(
+            "outcome: {class} is not an outcome this goal accepts"
+        ));
+    }
+    // The statement's subjects must agree with the predicate they summarise.
+    for prod in &p.products {
+        if let Some(h) = &prod.sha256 {
+            let listed = stmt
+                .subject
+                .iter()
+                .any(|s| s.name == prod.path && s.digest.get("sha256") == Some(h));
+            if !listed {
+                unmet.push(format!(
+                    "format: product {:?} is not among the statement's subjects",
+                    prod.path
+                ));
+            }
+        }
+    }
+    let workspace = p.workspace.as_deref().map(Path::new);
+    for c in &goal.goal.criteria {
+        match c {
+            Criterion::ExitCode { equals } => {
+                if p.outcome.exit_code != Some(*equals) {
+                    unmet.push(format!(
+                        "exit_code: expected {equals}, receipt says {}",
+                        p.outcome.exit_code.map_or("none".into(), |c| c.to_string())
+                    ));
+                }
+            }
+            Criterion::NoLeftoverProcesses {} => {
+                if p.cleanup.state != CleanupState::Gone || p.cleanup.leftover_processes_killed > 0
+                {
+                    unmet.push(format!("no_leftover_processes: {} process(es) outlived the main process (cleanup {:?})", p.cleanup.leftover_processes_killed, p.cleanup.state));
+                } else if p.cleanup.evadable {
+                    unmet.push(format!(
+                        "no_leftover_processes: the cleanup witness ({}) was evadable by the child, so `gone` is not proof: {}",
+                        if p.cleanup.witness.is_empty() {
+                            "unrecorded".to_string()
+                        } else {
+                            p.cleanup.witness.join("+")
+                        },
+                        if p.cleanup.evadable_why.is_empty() {
+                            "the receipt does not say what the child could do"
+                        } else {
+                            p.cleanup.evadable_why.as_str()
+                        }
+                    ));
+                }
+            }
+            Criterion::Outcome { .. } => {}
+            Criterion::File {
+                path,
+                exists,
+                contains,
+                sha256,
+            } => {
+                if let Some(why) = check_file(
+                    p,
+                    workspace,
+                    path,
+                    *exists,
+                    contains.as_deref(),
+                    sha256.as_deref(),
+                ) {
+                    unmet.push(format!("file {path:?}: {why}"));
+                }
+            }
+        }
+    }
+    if let Some(l) = ledger {
+        if let Some(why) = cross_check_journal(l, stmt, payload) {
+            // The receipt says where its use was counted; when that is not
+            // the ledger given, say so (a lease may name its own ledger).
+            let hint = match &p.ledger {
+                Some(counted) if *counted != l.name() => format!(
+                    " (the receipt says its use was counted in {counted}: cross-check with --ledger naming that one)"
+                ),
+                _ => String::new(),
+            };
+            unmet.push(format!("journal: {why}{hint}"));
+        }
+    }
+    Verdict {
+        verdict: if unmet.is_empty() {
+            "VERIFIED_DONE"
+        } else {
+            "NOT_VERIFIED"
+        },
+        unmet,
+        receipt_id: Some(p.receipt_id.clone()),
+        attempt_id: p.attempt_id.clone(),
+        outcome: Some(class),
+        key_out_of_child_reach: p.signing.as_ref().map(|s| s.key_out_of_child_reach),
+        key_in_reach_allowed: false,
+    }
+}
+
+fn check_file(
+    p: &crate::model::ReceiptBody,
+    workspace: Option<&Path>,
+    path: &str,
+    exists: Option<bool>,
+    contains: Option<&str>,
+    sha256: Option<&str>,
+) -> Option<String> {
+    let Some(prod) = p.products.iter().find(|x| x.path == path) else {
+        return Some("not among the receipt's products".into());
+    };
+    let Some(ws) = workspace else {
+        return Some("the receipt names no workspace to read back from".into());
+    };
+    let must_exist = exists != Some(false);
+    // One streaming pass hashes the file and searches it: memory stays
+    // bounded whatever its size, and the search covers exactly the bytes
+    // whose digest is compared with the receipt.
+    let disk = identity::read_workspace_file(ws, path, contains.map(str::as_bytes));
+    if !must_exist {
+        // "Must not exist" means nothing at all at that path: a directory,
+        // a FIFO or a symlink (dangling or leading out of the workspace)
+        // is not a regular file to hash, yet it exists.
+        let something = std::fs::symlink_metadata(ws.join(path)).is_ok();
+        return match (prod.exists, &disk) {
+            (false, None) if something => Some(
+                "must not exist, but something exists there on disk now (not a regular file inside the workspace)"
+                    .into(),
+            ),
+            (false, None) => None,
+            (true, _) => Some("must not exist, but the receipt recorded it".into()),
+            (false, Some(_)) => Some("must not exist, but it exists on disk now".into()),
+        };
+    }
+    if !prod.exists {
+        return Some("missing in the receipt's products".into());
+    }
+    let Some(disk) = disk else {
+        return Some("missing on disk now (read-back)".into());
+    };
+    if prod.sha256.as_deref() != Some(disk.sha256.as_str()) {
+        return Some(
+            "changed on disk since the run (read-back digest differs from the receipt)".into(),
+        );
+    }
+    if let Some(want) = sha256 {
+        if !want.eq_ignore_ascii_case(&disk.sha256) {
+            return Some(format!("sha256 is {}, expected {want}", disk.sha256));
+        }
+    }
+    if let Some(needle) = contains {
+        if !disk.contains {
+            return Some(format!("does not contain {needle:?}"));
+        }
+    }
+    None
+}
+
+fn cross_check_journal(
+    l: &dyn crate::ledger::Ledger,
+    stmt: &Statement,
+    payload: &[u8],
+) -> Option<String> {
+    let entries = match crate::ledger::all_entries(l) {
+        Ok(e) => e,
+        Err(e) => return Some(e.to_string()),
+    };
+    let p = &stmt.predicate;
+    let Some(attempt) = &p.attempt_id else {
+        return Some("the receipt names no attempt (nothing was executed)".into());
+    };
+    let executing = entries.iter().find(
+        |e| matches!(&e.record.event, Event::Executing { attempt_id, .. } if attempt_id == attempt),
+    );
+    let Some(executing) = executing else {
+        return Some(format!("attempt {attempt} is not in the journal"));
+    };
+    if p.journal_record_sha256.as_deref() != Some(executing.digest.as_str()) {
+        return Some(format!(
+            "the receipt does not close attempt {attempt}'s executing record"
+        ));
+    }
+    let digest = sign::sha256_hex(payload);
+    let result = entries.iter().find_map(|e| match &e.record.event {
+        Event::Result {
+            attempt_id,
+            receipt_sha256,
+            ..
+        } if attempt_id == attempt => Some(receipt_sha256.clone()),
+        _ => None,
+    });
+    match result {
+        Some(d) if d == digest => None,
+        Some(_) => Some(format!(
+            "the journal's result for attempt {attempt} names a different receipt"
+        )),
+        None => Some(format!("attempt {attempt} has no result record")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::journal::Journal;
+    use crate::model::{Envelope, GoalRef};
+    use ed25519_dalek::SigningKey;
+
+    fn seed_dir() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/verify_envelope")
+    }
+
+    /// A real receipt's statement (from the fuzz seeds), re-aimed at
+    /// `FUZZ_GOAL`.
+    fn template() -> Statement {
+        let env: Envelope =
+            serde_json::from_slice(&std::fs::read(seed_dir().join("receipt.json")).unwrap())
+                .unwrap();
+        let mut stmt = receipt::decode_statement(&env).unwrap();
+        stmt.predicate.goal = Some(GoalRef {
+            id: "g".into(),
+            revision: 1,
+            sha256: sign::sha256_hex(FUZZ_GOAL),
+        });
+        stmt.predicate.products.clear();
+        stmt.subject.retain(|s| !s.name.contains('/'));
+        if let Some(sg) = stmt.predicate.signing.as_mut() {
+            sg.key_out_of_child_reach = true;
+        }
+        stmt
+    }
+
+    fn signed(stmt: &Statement) -> (Vec<u8>, Vec<u8>) {
+        let key = SigningKey::from_bytes(&FUZZ_KEY);
+        let payload = serde_json::to_vec(stmt).unwrap();
+        let env = sign::sign_envelope(Some(&key), DSSE_PAYLOAD_TYPE, &payload);
+        (serde_json::to_vec_pretty(&env).unwrap(), payload)
+    }
+
+    fn judge_stmt(stmt: &Statement, state_dir: Option<&Path>) -> Verdict {
+        let goal = goal::from_bytes("goal", FUZZ_GOAL).unwrap();
+        let key = SigningKey::from_bytes(&FUZZ_KEY).verifying_key();
+        let ledger = state_dir.map(crate::ledger::LocalLedger::state_dir);
+        judge(
+            &goal,
+            &signed(stmt).0,
+            &key,
+            ledger.as_ref().map(|l| l as &dyn crate::ledger::Ledger),
+        )
+    }
+
+    use crate::evidence::receipt;
+
+    /// The fuzz seeds are signed with the key the target trusts, so the
+    /// target's mutations reach everything after the signature check.
+    /// `UPDATE_FUZZ_SEEDS=1` rewrites them.
+    #[test]
+    fn fuzz_seeds_are_signed_with_the_target_key() {
+        let done = template();
+        let mut failed = template();
+        failed.predicate.outcome.exit_code = Some(1);
+        for (name, stmt, want_done) in [
+            ("signed-exited-0.json", &done, true),
+            ("signed-exited-1.json", &failed, false),
+        ] {
+            let path = seed_dir().join(name);
+            if std::env::var_os("UPDATE_FUZZ_SEEDS").is_some() {
+                std::fs::write(&path, signed(stmt).0).unwrap();
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            let key = SigningKey::from_bytes(&FUZZ_KEY).verifying_key();
+            let v = judge_bytes(FUZZ_GOAL, &bytes, &key);
+            assert_eq!(v.done(), want_done, "{name}: {:?}", v.unmet);
+            fuzz_verify_envelope(&bytes);
+        }
+    }
+
+    #[test]
+    fn the_template_verifies() {
+        let v = judge_stmt(&template(), None);
+        assert!(v.done(), "{:?}", v.unmet);
+    }
+
+    /// Each of the three format checks fails the verdict on its own.
+    #[test]
+    fn any_one_wrong_format_field_is_unmet() {
+        for i in 0..3 {
+            let mut s = template();
+            match i {
+                0 => s.type_ = "https://in-toto.io/Statement/v0.1".into(),
+                1 => s.predicate_type = "https://example.com/other".into(),
+                _ => s.predicate.schema = "governed-exec/receipt/v0".into(),
+            }
+            let v = judge_stmt(&s, None);
+            assert!(!v.done(), "field {i} alone passed");
+            assert!(
+                v.unmet.iter().any(|u| u.starts_with("format:")),
+                "{:?}",
+                v.unmet
+            );
+        }
+    }
+
+    /// Each goal field mismatch fails on its own.
+    #[test]
+    fn any_one_wrong_goal_field_is_unmet() {
+        for i in 0..3 {
+            let mut s = template();
+            let g = s.predicate.goal.as_mut().unwrap();
+            match i {
+                0 => g.id = "other".into(),
+                1 => g.revision = 2,
+                _ => g.sha256 = "00".repeat(32),
+            }
+            assert!(!judge_stmt(&s, None).done(), "goal field {i} alone passed");
+        }
+    }
+
+    #[test]
+    fn leftover_processes_fail_even_when_cleanup_is_gone() {
+        let goal = goal::from_bytes(
+            "goal",
+            br#"{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{"kind":"no_leftover_processes"}]}"#,
+        )
+        .unwrap();
+        let key = SigningKey::from_bytes(&FUZZ_KEY).verifying_key();
+        let mut s = template();
+        s.predicate.goal = Some(goal.reference());
+        s.predicate.cleanup.state = CleanupState::Gone;
+        s.predicate.cleanup.leftover_processes_killed = 0;
+        s.predicate.cleanup.evadable = false;
+        let v = judge(&goal, &signed(&s).0, &key, None);
+        assert!(v.done(), "{:?}", v.unmet);
+        s.predicate.cleanup.leftover_processes_killed = 1;
+        assert!(!judge(&goal, &signed(&s).0, &key, None).done());
+        s.predicate.cleanup.leftover_processes_killed = 0;
+        s.predicate.cleanup.state = CleanupState::NotConfirmed;
+        assert!(!judge(&goal, &signed(&s).0, &key, None).done());
+    }
+
+    fn executing(attempt: &str) -> Event {
+        Event::Executing {
+            attempt_id: attempt.into(),
+            lease_id: "lease-1".into(),
+            lease_fingerprint: "ff".into(),
+            goal: GoalRef {
+                id: "g".into(),
+                revision: 1,
+                sha256: sign::sha256_hex(FUZZ_GOAL),
+            },
+            use_number: 1,
+            max_uses: 9,
+            runner_pid: 1,
+            executable: Box::new(template().predicate.command.unwrap()),
+            cwd: Box::new(template().predicate.cwd.unwrap()),
+        }
+    }
+
+    fn result(attempt: &str, receipt_sha256: String) -> Event {
+        Event::Result {
+            attempt_id: attempt.into(),
+            outcome: OutcomeClass::Exited,
+            reason: None,
+            exit_code: Some(0),
+            signal: None,
+            cleanup: CleanupState::Gone,
+            receipt_sha256,
+        }
+    }
+
+    /// Two attempts in one journal: the receipt of the second is matched
+    /// with the second's records only, and a result naming another receipt
+    /// is caught.
+    #[test]
+    fn the_journal_cross_check_matches_the_right_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(dir.path(), "g").unwrap();
+        let mut first = template();
+        first.predicate.attempt_id = Some("att-1".into());
+        let d1 = j.append(executing("att-1")).unwrap();
+        first.predicate.journal_record_sha256 = Some(d1);
+        let (_, p1) = signed(&first);
+        j.append(result("att-1", sign::sha256_hex(&p1))).unwrap();
+
+        let mut second = template();
+        second.predicate.attempt_id = Some("att-2".into());
+        let d2 = j.append(executing("att-2")).unwrap();
+        second.predicate.journal_record_sha256 = Some(d2);
+        let (_, p2) = signed(&second);
+        // A result for att-2 that names the first receipt.
+        j.append(result("att-2", sign::sha256_hex(&p1))).unwrap();
+        drop(j);
+
+        assert_eq!(
+            cross_check_journal(
+                &crate::ledger::LocalLedger::state_dir(dir.path()),
+                &first,
+                &p1
+            ),
+            None
+        );
+        let why = cross_check_journal(
+            &crate::ledger::LocalLedger::state_dir(dir.path()),
+            &second,
+            &p2,
+        )
+        .unwrap();
+        assert!(why.contains("names a different receipt"), "{why}");
+        // The first receipt presented as the second attempt's.
+        let mut swapped = first.clone();
+        swapped.predicate.attempt_id = Some("att-2".into());
+        let why = cross_check_journal(
+            &crate::ledger::LocalLedger::state_dir(dir.path()),
+            &swapped,
+            &p1,
+        )
+        .unwrap();
+        assert!(why.contains("does not close"), "{why}");
+        let mut missing = first.clone();
+        missing.predicate.attempt_id = Some("att-9".into());
+        assert!(cross_check_journal(
+            &crate::ledger::LocalLedger::state_dir(dir.path()),
+            &missing,
+            &p1
+        )
+        .unwrap()
+        .contains("not in the journal"));
+    }
+}

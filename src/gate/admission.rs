@@ -1,0 +1,711 @@
+//! Admission: from a request to an `Admitted` lease use, or a `Refusal`.
+//!
+//! Checked in this order, each with its closed reason: an exact lease match
+//! (no wildcard, prefix or directory match, ever), the lease signature over
+//! a fingerprint recomputed from the lease's content, revocation, Goal id /
+//! revision / digest, validity window, remaining uses (from the journal),
+//! then identity — workspace, cwd and executable re-resolved and re-hashed
+//! on the very fds that `spawn` will `fchdir` into and `execveat` (the
+//! executable as a sealed in-memory copy of the bytes hashed).
+//!
+//! The costly part — opening and hashing — is [`prepare`]d *before* the
+//! Goal's journal lock is taken, so a slow or huge executable never holds up
+//! other runs of the Goal; [`admit`] then decides under the lock, in the
+//! order above, with the identities already in hand.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use ed25519_dalek::VerifyingKey;
+
+use crate::gate::identity::{self, OpenedDir, OpenedExecutable, Snapshot};
+use crate::gate::lease;
+use crate::ledger::journal::AttemptState;
+use crate::ledger::{self, GoalSession};
+use crate::model::goal::LoadedGoal;
+use crate::model::{Binding, Lease, Manifest, PortableIdentity, Reason, Request};
+
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub reason: Reason,
+    pub message: String,
+    pub lease: Option<Box<Lease>>,
+}
+
+impl Refusal {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        Refusal {
+            reason,
+            message: message.into(),
+            lease: None,
+        }
+    }
+
+    fn for_lease(reason: Reason, message: impl Into<String>, lease: &Lease) -> Self {
+        Refusal {
+            reason,
+            message: message.into(),
+            lease: Some(Box::new(lease.clone())),
+        }
+    }
+}
+
+/// What `run` asked for.
+pub enum Selection {
+    /// A request; without `profile_given` (`run -- CMD` with no
+    /// `--profile`) the profile is the matching lease's.
+    Request {
+        request: Request,
+        profile_given: bool,
+    },
+    LeaseId(String),
+}
+
+/// A lease use that passed every check, holding the fds that were checked.
+pub struct Admitted {
+    pub lease: Lease,
+    pub workspace: OpenedDir,
+    pub cwd: OpenedDir,
+    pub exe: OpenedExecutable,
+    /// 1-based number of this use.
+    pub use_number: u64,
+}
+
+/// The fds and identities of one candidate lease, opened before the lock.
+struct Opened {
+    workspace: OpenedDir,
+    cwd: OpenedDir,
+    exe: OpenedExecutable,
+}
+
+type Staged<T> = Result<T, (usize, Refusal)>;
+
+/// The exact-match candidates of a request, each with its identity opened
+/// and hashed (when its signature, goal and validity window allow it to be
+/// admitted at all).
+pub struct Prepared<'m> {
+    candidates: Vec<(&'m Lease, Option<Staged<Opened>>)>,
+}
+
+pub struct Context<'a> {
+    pub manifest: &'a Manifest,
+    pub goal: &'a LoadedGoal,
+    pub trust: &'a VerifyingKey,
+    /// The Goal's records in the lease's ledger, locked.
+    pub ledger: &'a dyn GoalSession,
+    pub now: SystemTime,
+}
+
+/// Where `run` was pointed: `--workspace` (canonical) if given, and the
+/// current directory (canonical), a portable lease's workspace otherwise.
+#[derive(Clone, Copy)]
+pub struct RunPlace<'a> {
+    pub workspace: Option<&'a Path>,
+    pub here: &'a Path,
+}
+
+/// The manifest's leases that answer `selection`: exact matches, leaving
+/// out superseded ones unless nothing else matches (then admission says
+/// which lease replaced them).
+pub fn candidates<'m>(manifest: &'m Manifest, selection: &Selection) -> Vec<&'m Lease> {
+    let all: Vec<&Lease> = match selection {
+        Selection::Request {
+            request,
+            profile_given,
+        } => manifest
+            .leases
+            .iter()
+            .filter(|l| {
+                let r = &l.body.request;
+                r.executable == request.executable
+                    && r.argv == request.argv
+                    && r.cwd == request.cwd
+                    && (!profile_given || r.profile == request.profile)
+            })
+            .collect(),
+        Selection::LeaseId(id) => manifest
+            .leases
+            .iter()
+            .filter(|l| &l.body.lease_id == id)
+            .collect(),
+    };
+    let live: Vec<&Lease> = all
+        .iter()
+        .copied()
+        .filter(|l| superseded_by(manifest, &l.body.lease_id).is_none())
+        .collect();
+    if live.is_empty() {
+        all
+    } else {
+        live
+    }
+}
+
+fn superseded_by<'m>(manifest: &'m Manifest, lease_id: &str) -> Option<&'m str> {
+    manifest
+        .superseded
+        .iter()
+        .find(|s| s.lease_id == lease_id)
+        .map(|s| s.by_lease.as_str())
+}
+
+/// Find the leases that match exactly and open their identities. Takes no
+/// lock; may take as long as hashing the executable takes.
+pub fn prepare<'m>(
+    manifest: &'m Manifest,
+    goal: &LoadedGoal,
+    trust: &VerifyingKey,
+    now: SystemTime,
+    selection: &Selection,
+    place: RunPlace<'_>,
+) -> Result<Prepared<'m>, Refusal> {
+    let candidates = candidates(manifest, selection);
+    if let Selection::Request {
+        profile_given: false,
+        ..
+    } = selection
+    {
+        // Only leases that could still run choose the profile: a revoked
+        // or expired one approves nothing any more.
+        let mut profiles: Vec<String> = candidates
+            .iter()
+            .filter(|l| may_still_run(manifest, l, now))
+            .map(|l| l.body.request.profile.to_string())
+            .collect();
+        profiles.sort();
+        profiles.dedup();
+        if profiles.len() > 1 {
+            return Err(Refusal::new(
+                Reason::NoMatchingLease,
+                format!(
+                    "leases with different profiles ({}) approve this command: give --profile",
+                    profiles.join(", ")
+                ),
+            ));
+        }
+    }
+    if candidates.is_empty() {
+        if let Some(f) = manifest.foreign.iter().find(|f| match selection {
+            Selection::Request { request, .. } => {
+                f.request.is_some() && f.request == serde_json::to_value(request).ok()
+            }
+            Selection::LeaseId(id) => f.lease_id.as_ref() == Some(id),
+        }) {
+            return Err(Refusal::new(
+                Reason::LeaseFormatUnsupported,
+                format!(
+                    "lease {} has format version {}, which this governed-exec does not read (it reads {}..={}): re-approve the request with this release",
+                    f.lease_id.as_deref().unwrap_or("(unreadable id)"),
+                    f.format,
+                    crate::model::LEASE_FORMATS_KNOWN.start(),
+                    crate::model::LEASE_FORMATS_KNOWN.end()
+                ),
+            ));
+        }
+        let what = match selection {
+            Selection::Request { request: r, .. } => format!(
+                "no lease in the manifest approves exactly this request (executable {:?}, {} argv elements, cwd {:?}, profile {})",
+                r.executable,
+                r.argv.len(),
+                r.cwd,
+                r.profile
+            ),
+            Selection::LeaseId(id) => format!("no lease with id {id:?} in the manifest"),
+        };
+        return Err(Refusal::new(Reason::NoMatchingLease, what));
+    }
+    let want = goal.reference();
+    let candidates = candidates
+        .into_iter()
+        .map(|lease| {
+            let could_pass = lease::signature_valid(lease, trust)
+                && lease.body.goal == want
+                && within_window(&lease.body, now);
+            (lease, could_pass.then(|| open_identity(lease, place)))
+        })
+        .collect();
+    Ok(Prepared { candidates })
+}
+
+/// Neither revoked in the manifest nor outside its validity window: a
+/// lease that may still run, so it counts when a request is ambiguous.
+pub fn may_still_run(manifest: &Manifest, lease: &Lease, now: SystemTime) -> bool {
+    !manifest
+        .revocations
+        .iter()
+        .any(|r| r.lease_id == lease.body.lease_id)
+        && within_window(&lease.body, now)
+}
+
+fn within_window(body: &crate::model::LeaseBody, now: SystemTime) -> bool {
+    let parse_time = |s: &str| humantime::parse_rfc3339_weak(s).ok();
+    match (parse_time(&body.issued_at), parse_time(&body.expires_at)) {
+        (Some(issued), Some(expires)) => now >= issued && now < expires,
+        _ => false,
+    }
+}
+
+/// Decide, under the Goal's journal lock, which prepared candidate is
+/// admitted (or why none is).
+pub fn admit(ctx: &Context<'_>, prepared: Prepared<'_>) -> Result<Admitted, Refusal> {
+    if let Some(a) = ledger::open_attempts(ctx.ledger)
+        .into_iter()
+        .find(|a| a.state == AttemptState::Unknown)
+    {
+        return Err(Refusal::new(
+            Reason::UnresolvedUnknownOutcome,
+            format!(
+                "attempt {} of goal {:?} (lease {}) has an unknown outcome; a person must `governed-exec resolve --attempt {}` first",
+                a.attempt_id, a.goal_id, a.lease_id, a.attempt_id
+            ),
+        ));
+    }
+    // Try every exact match; report the refusal that got furthest.
+    let mut best: Option<(usize, Refusal)> = None;
+    for (lease, opened) in prepared.candidates {
+        match check(ctx, lease, opened) {
+            Ok(admitted) => return Ok(admitted),
+            Err((stage, refusal)) => {
+                if best.as_ref().is_none_or(|(s, _)| stage > *s) {
+                    best = Some((stage, refusal));
+                }
+            }
+        }
+    }
+    Err(best
+        .map(|(_, r)| r)
+        .unwrap_or_else(|| Refusal::new(Reason::NoMatchingLease, "no lease matched")))
+}
+
+fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> Staged<Admitted> {
+    let body = &lease.body;
+    let id = &body.lease_id;
+    let refuse = |stage: usize, reason: Reason, msg: String| {
+        Err((stage, Refusal::for_lease(reason, msg, lease)))
+    };
+
+    if !lease::signature_valid(lease, ctx.trust) {
+        return refuse(0, Reason::LeaseSignatureInvalid, format!(
+            "lease {id}: its content does not match its fingerprint, or the fingerprint is not signed by the trusted approver key"
+        ));
+    }
+    if ctx.manifest.revocations.iter().any(|r| &r.lease_id == id)
+        || ctx.ledger.summary().revoked.contains(id)
+    {
+        return refuse(1, Reason::LeaseRevoked, format!("lease {id} was revoked"));
+    }
+    if let Some(by) = superseded_by(ctx.manifest, id) {
+        return refuse(
+            1,
+            Reason::LeaseRevoked,
+            format!("lease {id} was superseded by lease {by}, approved later for the same request"),
+        );
+    }
+    let want = ctx.goal.reference();
+    if body.goal != want {
+        return refuse(2, Reason::GoalMismatch, format!(
+            "lease {id} binds goal {:?} revision {} (sha256 {}), but the goal given is {:?} revision {} (sha256 {})",
+            body.goal.id, body.goal.revision, body.goal.sha256, want.id, want.revision, want.sha256
+        ));
+    }
+    let parse_time = |s: &str| humantime::parse_rfc3339_weak(s).ok();
+    let (Some(issued), Some(expires)) = (parse_time(&body.issued_at), parse_time(&body.expires_at))
+    else {
+        return refuse(
+            0,
+            Reason::LeaseSignatureInvalid,
+            format!("lease {id}: unreadable validity times"),
+        );
+    };
+    if ctx.now < issued {
+        return refuse(
+            3,
+            Reason::LeaseNotYetValid,
+            format!("lease {id} is valid only from {}", body.issued_at),
+        );
+    }
+    if ctx.now >= expires {
+        return refuse(
+            3,
+            Reason::LeaseExpired,
+            format!("lease {id} expired at {}", body.expires_at),
+        );
+    }
+    let spent = ctx.ledger.summary().uses.get(id).copied().unwrap_or(0);
+    if spent >= body.max_uses {
+        return refuse(
+            4,
+            Reason::LeaseExhausted,
+            format!("lease {id} has spent all {} of its uses", body.max_uses),
+        );
+    }
+
+    // Identity, opened and hashed before the lock, on the fds that will be used.
+    let Some(opened) = opened else {
+        // `prepare` skips only leases that an earlier check refuses.
+        return refuse(
+            0,
+            Reason::LeaseSignatureInvalid,
+            format!("lease {id}: not admissible"),
+        );
+    };
+    let Opened {
+        workspace,
+        cwd,
+        exe,
+    } = opened?;
+    Ok(Admitted {
+        lease: lease.clone(),
+        workspace,
+        cwd,
+        exe,
+        use_number: spent + 1,
+    })
+}
+
+/// Workspace, cwd and executable of a lease, opened and compared with what
+/// the lease binds; the executable copied into its sealed snapshot.
+fn open_identity(lease: &Lease, place: RunPlace<'_>) -> Staged<Opened> {
+    let body = &lease.body;
+    let refuse = |stage: usize, reason: Reason, msg: String| {
+        Err((stage, Refusal::for_lease(reason, msg, lease)))
+    };
+    if (body.binding == Binding::Portable) != body.portable.is_some() {
+        return refuse(
+            0,
+            Reason::LeaseSignatureInvalid,
+            format!(
+                "lease {}: binding {} does not match its portable identity",
+                body.lease_id, body.binding
+            ),
+        );
+    }
+    if let Some(p) = &body.portable {
+        return portable_identity(lease, p, place);
+    }
+    if let Some(ws) = place
+        .workspace
+        .filter(|w| *w != Path::new(&body.workspace.path))
+    {
+        return refuse(
+            5,
+            Reason::WorkspaceDrift,
+            format!(
+                "lease {} is bound to workspace {} on this machine, but run was given {}",
+                body.lease_id,
+                body.workspace.path,
+                ws.display()
+            ),
+        );
+    }
+    let workspace = identity::open_dir(Path::new(&body.workspace.path)).map_err(|e| {
+        (
+            5,
+            Refusal::for_lease(Reason::WorkspaceDrift, format!("workspace: {e}"), lease),
+        )
+    })?;
+    if let Some(d) = identity::dir_difference("workspace", &body.workspace, &workspace.identity) {
+        return refuse(5, Reason::WorkspaceDrift, d);
+    }
+    let cwd = identity::open_dir(Path::new(&body.cwd.path)).map_err(|e| {
+        (
+            6,
+            Refusal::for_lease(Reason::CwdDrift, format!("cwd: {e}"), lease),
+        )
+    })?;
+    if let Some(d) = identity::dir_difference("cwd", &body.cwd, &cwd.identity) {
+        return refuse(6, Reason::CwdDrift, d);
+    }
+    let exe = identity::open_executable(
+        &body.request.executable,
+        &body.env.path,
+        Path::new(&body.cwd.path),
+        body.executable
+            .size
+            .max(identity::DEFAULT_MAX_EXECUTABLE_BYTES),
+        Snapshot::Take,
+    )
+    .map_err(|e| {
+        let reason = match e {
+            // Not drift: this machine cannot make the copy that is executed.
+            identity::IdentityError::Snapshot { .. } => Reason::ExecFailed,
+            _ => Reason::ExecutableDrift,
+        };
+        (7, Refusal::for_lease(reason, e.to_string(), lease))
+    })?;
+    if let Some(d) = identity::executable_difference(&body.executable, &exe.identity) {
+        return refuse(7, Reason::ExecutableDrift, d);
+    }
+    Ok(Opened {
+        workspace,
+        cwd,
+        exe,
+    })
+}
+
+/// The executable opened and copied into its sealed snapshot; a snapshot
+/// this machine cannot make is not drift.
+fn open_exe(lease: &Lease, cwd: &Path) -> Staged<OpenedExecutable> {
+    let body = &lease.body;
+    identity::open_executable(
+        &body.request.executable,
+        &body.env.path,
+        cwd,
+        body.executable
+            .size
+            .max(identity::DEFAULT_MAX_EXECUTABLE_BYTES),
+        Snapshot::Take,
+    )
+    .map_err(|e| {
+        let reason = match e {
+            identity::IdentityError::Snapshot { .. } => Reason::ExecFailed,
+            _ => Reason::ExecutableDrift,
+        };
+        (7, Refusal::for_lease(reason, e.to_string(), lease))
+    })
+}
+
+/// A portable lease: the workspace is where `run` is pointed; cwd must stay
+/// inside it (checked on the opened fd); the executable must have the
+/// lease's path (workspace-relative when inside it), mode and SHA-256.
+fn portable_identity(
+    lease: &Lease,
+    want: &PortableIdentity,
+    place: RunPlace<'_>,
+) -> Staged<Opened> {
+    let body = &lease.body;
+    let fail =
+        |stage: usize, reason: Reason, msg: String| (stage, Refusal::for_lease(reason, msg, lease));
+    let ws = place.workspace.unwrap_or(place.here);
+    let workspace = identity::open_dir(ws)
+        .map_err(|e| fail(5, Reason::WorkspaceDrift, format!("workspace: {e}")))?;
+    let cwd_path = identity::resolve_cwd(ws, &body.request.cwd)
+        .map_err(|e| fail(6, Reason::CwdDrift, e.to_string()))?;
+    let cwd = identity::open_dir(&cwd_path)
+        .map_err(|e| fail(6, Reason::CwdDrift, format!("cwd: {e}")))?;
+    let cwd_seen =
+        identity::dir_fd_inside(&cwd.file, ws).map_err(|e| fail(6, Reason::CwdDrift, e))?;
+    // Only inode, device and timestamps leave a portable identity: the
+    // cwd's canonical place in the workspace stays in it, so an in-workspace
+    // symlink cannot move the command into another directory.
+    let approved = Path::new(&body.cwd.path)
+        .strip_prefix(&body.workspace.path)
+        .ok();
+    if cwd_seen.strip_prefix(ws).ok() != approved {
+        return Err(fail(
+            6,
+            Reason::CwdDrift,
+            format!(
+                "cwd {:?} resolves to {}, but the lease approved {} of its workspace",
+                body.request.cwd,
+                cwd_seen.display(),
+                approved.map_or_else(|| body.cwd.path.clone(), |a| format!("./{}", a.display()))
+            ),
+        ));
+    }
+    let exe = open_exe(lease, &cwd_path)?;
+    let got = identity::portable(&exe.identity, ws);
+    let differs = [
+        (
+            "path",
+            got.executable_path == want.executable_path && got.in_workspace == want.in_workspace,
+        ),
+        ("mode", got.mode == want.mode),
+        ("sha256", got.sha256 == want.sha256),
+    ]
+    .into_iter()
+    .find(|(_, same)| !same);
+    if let Some((field, _)) = differs {
+        return Err(fail(
+            7,
+            Reason::ExecutableDrift,
+            format!(
+                "executable {} (portable: {}) differs from the lease: {field} differs",
+                exe.identity.canonical_path, want.executable_path
+            ),
+        ));
+    }
+    Ok(Opened {
+        workspace,
+        cwd,
+        exe,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+    use ed25519_dalek::SigningKey;
+    use std::time::Duration;
+
+    const T0: u64 = 1_800_000_000; // a whole second
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn goal() -> LoadedGoal {
+        LoadedGoal {
+            goal: Goal {
+                schema: GOAL_SCHEMA.into(),
+                id: "g".into(),
+                revision: 1,
+                criteria: vec![Criterion::ExitCode { equals: 0 }],
+            },
+            sha256: "ab".repeat(32),
+        }
+    }
+
+    fn request() -> Request {
+        Request {
+            executable: "true".into(),
+            argv: vec![],
+            cwd: ".".into(),
+            profile: Profile::Standard,
+        }
+    }
+
+    /// A lease valid from T0 to T0+60s whose workspace does not exist: once
+    /// every earlier check passes, it stops at the workspace (stage 5).
+    fn lease(id: &str, key: &SigningKey, issued: u64, expires: u64) -> Lease {
+        let dir = DirIdentity {
+            path: "/nonexistent/governed-exec-admission-test".into(),
+            device: 0,
+            inode: 0,
+            creation: None,
+        };
+        let body = LeaseBody {
+            schema: LEASE_SCHEMA.into(),
+            lease_id: id.into(),
+            goal: goal().reference(),
+            workspace: dir.clone(),
+            request: request(),
+            executable: ExecutableIdentity {
+                requested: "true".into(),
+                canonical_path: "/usr/bin/true".into(),
+                symlink_chain: vec![],
+                device: 0,
+                inode: 0,
+                size: 0,
+                mode: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                sha256: String::new(),
+                interpreter: None,
+            },
+            cwd: dir,
+            limits: crate::process::limits::tier(Profile::Standard),
+            env: EnvPolicy {
+                path: "/usr/bin".into(),
+                fixed: Default::default(),
+            },
+            isolation: IsolationRequest::default(),
+            approver: "t".into(),
+            issued_at: humantime::format_rfc3339_seconds(at(issued)).to_string(),
+            expires_at: humantime::format_rfc3339_seconds(at(expires)).to_string(),
+            max_uses: 1,
+            binding: Binding::Machine,
+            portable: None,
+            ledger: None,
+        };
+        lease::seal(body, key)
+    }
+
+    fn decide(leases: Vec<Lease>, now: SystemTime) -> Refusal {
+        let trusted = SigningKey::from_bytes(&[1u8; 32]);
+        let manifest = Manifest {
+            schema: MANIFEST_SCHEMA.into(),
+            leases,
+            revocations: vec![],
+            superseded: vec![],
+            foreign: vec![],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::ledger::LocalLedger::state_dir(dir.path());
+        let session = crate::ledger::Ledger::open_goal(&store, "g").unwrap();
+        let g = goal();
+        let vk = trusted.verifying_key();
+        let sel = Selection::Request {
+            request: request(),
+            profile_given: true,
+        };
+        let place = RunPlace {
+            workspace: None,
+            here: dir.path(),
+        };
+        let prepared = prepare(&manifest, &g, &vk, now, &sel, place).unwrap();
+        let ctx = Context {
+            manifest: &manifest,
+            goal: &g,
+            trust: &vk,
+            ledger: &*session,
+            now,
+        };
+        match admit(&ctx, prepared) {
+            Ok(_) => panic!("admitted a lease whose workspace does not exist"),
+            Err(r) => r,
+        }
+    }
+
+    fn trusted() -> SigningKey {
+        SigningKey::from_bytes(&[1u8; 32])
+    }
+
+    #[test]
+    fn the_validity_window_is_closed_at_issue_and_open_at_expiry() {
+        let k = trusted();
+        let one = |now| decide(vec![lease("a", &k, T0, T0 + 60)], at(now)).reason;
+        assert_eq!(one(T0 - 1), Reason::LeaseNotYetValid);
+        assert_eq!(one(T0), Reason::WorkspaceDrift, "valid from its issue time");
+        assert_eq!(one(T0 + 59), Reason::WorkspaceDrift);
+        assert_eq!(
+            one(T0 + 60),
+            Reason::LeaseExpired,
+            "expired at its expiry time"
+        );
+    }
+
+    /// The refusal reported is the one that got furthest; among equals, the
+    /// first lease's.
+    #[test]
+    fn the_furthest_refusal_wins_and_ties_keep_the_first() {
+        let k = trusted();
+        let other = SigningKey::from_bytes(&[2u8; 32]);
+        let now = at(T0 + 120);
+        let r = decide(
+            vec![
+                lease("bad-sig", &other, T0, T0 + 60),
+                lease("expired", &k, T0, T0 + 60),
+            ],
+            now,
+        );
+        assert_eq!(r.reason, Reason::LeaseExpired);
+        let r = decide(
+            vec![
+                lease("expired", &k, T0, T0 + 60),
+                lease("bad-sig", &other, T0, T0 + 60),
+            ],
+            now,
+        );
+        assert_eq!(r.reason, Reason::LeaseExpired);
+        let r = decide(
+            vec![
+                lease("first", &k, T0, T0 + 60),
+                lease("second", &k, T0, T0 + 60),
+            ],
+            now,
+        );
+        assert!(r.message.contains("lease first"), "{}", r.message);
+        // Furthest of three: signature (0) < expired (3) < workspace (5).
+        let r = decide(
+            vec![
+                lease("expired", &k, T0, T0 + 60),
+                lease("live", &k, T0, T0 + 600),
+                lease("bad-sig", &other, T0, T0 + 600),
+            ],
+            now,
+        );
+        assert_eq!(r.reason, Reason::WorkspaceDrift);
+    }
+}

@@ -1,0 +1,104 @@
+//! Reading a Goal file: closed shape, known schema and kinds, and the digest
+//! of the exact bytes that leases and receipts bind.
+
+use std::path::{Component, Path};
+
+use crate::evidence::sign::sha256_hex;
+use crate::model::{parse_json, Criterion, Goal, GoalRef, GOAL_SCHEMA};
+
+pub struct LoadedGoal {
+    pub goal: Goal,
+    pub sha256: String,
+}
+
+impl LoadedGoal {
+    pub fn reference(&self) -> GoalRef {
+        GoalRef {
+            id: self.goal.id.clone(),
+            revision: self.goal.revision,
+            sha256: self.sha256.clone(),
+        }
+    }
+
+    /// Workspace-relative paths of every `file` criterion, in order, once.
+    pub fn product_paths(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in &self.goal.criteria {
+            if let Criterion::File { path, .. } = c {
+                if !out.contains(path) {
+                    out.push(path.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Size bound of a goal file.
+pub const MAX_GOAL_BYTES: u64 = 1024 * 1024;
+
+pub fn load(path: &Path) -> Result<LoadedGoal, String> {
+    let bytes = crate::ledger::journal::read_bounded(path, MAX_GOAL_BYTES)
+        .map_err(|e| format!("goal {}: {e}", path.display()))?;
+    from_bytes(&format!("goal {}", path.display()), &bytes)
+}
+
+/// Parse and check goal bytes; `what` names the source in errors.
+pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, String> {
+    let goal: Goal = parse_json(what, bytes)?;
+    if goal.schema != GOAL_SCHEMA {
+        return Err(format!(
+            "{what}: field `schema` is {:?}, expected {GOAL_SCHEMA:?}",
+            goal.schema
+        ));
+    }
+    if goal.id.is_empty() {
+        return Err(format!("{what}: field `id` is empty"));
+    }
+    if goal.criteria.is_empty() {
+        return Err(format!(
+            "{what}: field `criteria` is empty: a goal needs at least one mandatory criterion"
+        ));
+    }
+    for c in &goal.criteria {
+        if let Criterion::File {
+            path: p,
+            exists,
+            contains,
+            sha256,
+        } = c
+        {
+            let rel = Path::new(p);
+            let bad = p.is_empty()
+                || rel
+                    .components()
+                    .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+            if bad {
+                return Err(format!(
+                    "{what}: file criterion path {p:?} must be relative to the workspace, without `..`"
+                ));
+            }
+            if exists == &Some(false) && (contains.is_some() || sha256.is_some()) {
+                return Err(format!(
+                    "{what}: file criterion {p:?} says `exists: false` and also constrains content"
+                ));
+            }
+            if exists.is_none() && contains.is_none() && sha256.is_none() {
+                return Err(format!(
+                    "{what}: file criterion {p:?} needs `exists`, `contains` or `sha256`"
+                ));
+            }
+            if let Some(h) = sha256 {
+                if h.len() != 64 || !h.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(format!(
+                        "{what}: file criterion {p:?}: `sha256` is not 64 hex digits"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(LoadedGoal {
+        goal,
+        sha256: sha256_hex(bytes),
+    })
+}

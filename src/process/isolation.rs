@@ -1,0 +1,657 @@
+//! Opt-in isolation (CONTRACT §7): each option is either enforced or the run
+//! is refused with `isolation_unavailable` — never silently downgraded.
+//!
+//! Everything that can fail is done here, in the parent and before the
+//! `executing` record, so a refusal spends no use: the Landlock ruleset is
+//! built into an fd (the child only calls `landlock_restrict_self`), the
+//! network namespace is unshared (the parent never uses the network), and
+//! the rights to create a PID namespace (which `spawn` does with `clone`)
+//! and to switch uid are checked.
+
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, ABI,
+};
+use nix::sched::{unshare, CloneFlags};
+use nix::unistd::{getegid, geteuid};
+
+use crate::gate::reach;
+use crate::model::{IsolationReport, IsolationRequest};
+use crate::os::sys::{self, ChildCreds, MountPlan, SocketFilter};
+
+pub struct Prepared {
+    pub creds: Option<ChildCreds>,
+    pub landlock_fd: Option<OwnedFd>,
+    pub seccomp: Option<SocketFilter>,
+    pub report: IsolationReport,
+    /// The child's own mount namespace (a root runner under isolation).
+    pub mounts: Option<MountPlan>,
+    /// A uid-0 child under isolation keeps only these capabilities.
+    pub root_caps_keep: Option<u64>,
+    /// Whether the mount namespace covers every path of the runner key:
+    /// `Ok(how)` or `Err(why not)`; `None` without a mount namespace.
+    pub key_covered: Option<Result<String, String>>,
+    /// A non-root runner under isolation: the Landlock ruleset that denies
+    /// the child its key and state dir.
+    pub landlock_guard_fd: Option<OwnedFd>,
+    /// The rights the guard handles (bits), for the child's fresh mounts.
+    pub landlock_guard_access: u64,
+    /// Whether that ruleset covers every path of the key (as `key_covered`).
+    pub key_landlocked: Option<Result<String, String>>,
+}
+
+/// What the runner must keep from the child: its key and its state dir.
+pub struct Protect<'a> {
+    pub key: &'a Path,
+    pub state_dir: &'a Path,
+}
+
+/// Whether the lease asks for any isolation option of §7.
+pub fn any_isolation(req: &IsolationRequest) -> bool {
+    req.as_user.is_some() || req.fs_write.is_some() || req.no_network || req.pid_namespace
+}
+
+/// The boundary in words. `mount_ns`: whether the child gets its own mount
+/// namespace; `net`: the `--no-network` mechanism. Both are known at `run`;
+/// at `approve` they are `None` (they depend on the runner's machine) and
+/// the text says what each possibility means.
+pub fn boundary_text(
+    req: &IsolationRequest,
+    uid: u32,
+    mount_ns: Option<bool>,
+    net: Option<NetMechanism>,
+) -> String {
+    let mut parts = Vec::new();
+    let sandboxed = any_isolation(req);
+    if sandboxed && uid == 0 && req.as_user.is_none() {
+        let covers = "its own mount namespace where the runner's key and state dir, cgroupfs and the host's device nodes are covered and /sys and /proc/sys are read-only";
+        parts.push(format!(
+            "runs as uid 0 but keeps only {} of root's capabilities, {}; it can still read and write every file uid 0 owns{}",
+            reach::root_keep_names().join(", "),
+            match mount_ns {
+                Some(true) => format!("in {covers}"),
+                Some(false) => "in the runner's mount namespace (governed-exec lacks CAP_SYS_ADMIN here), where the runner's key and state dir are not hidden from it".to_string(),
+                None => format!("and where the runner holds CAP_SYS_ADMIN runs in {covers}"),
+            },
+            if req.fs_write.is_some() { " within the write scope below" } else { ", and so change what the host runs later" }
+        ));
+    } else if sandboxed {
+        parts.push(format!(
+            "runs as uid {uid}; this is an OS sandbox only in the ways listed here, and otherwise the process may do whatever uid {uid} can"
+        ));
+    } else {
+        parts.push(format!("runs as uid {uid}; this is not an OS sandbox: the process may read, write and delete anything uid {uid} can, use the network, and signal other processes of uid {uid}"));
+    }
+    match &req.fs_write {
+        Some(paths) => parts.push(format!(
+            "writes are confined by Landlock to the workspace, its private HOME and TMPDIR{}",
+            if paths.is_empty() {
+                String::new()
+            } else {
+                format!(" and {}", paths.join(", "))
+            }
+        )),
+        None => parts.push("the cwd is not a filesystem boundary".into()),
+    }
+    match &req.fs_read {
+        Some(paths) => parts.push(format!(
+            "reads and execution are confined to {} and the writable paths",
+            paths.join(", ")
+        )),
+        None if req.fs_write.is_some() => parts.push("reads are not restricted".into()),
+        None => {}
+    }
+    let network: Option<String> = match (req.no_network, net) {
+        // The not-a-sandbox sentence above already says it.
+        (false, _) if !sandboxed => None,
+        (false, _) => Some("it can use the network".into()),
+        (true, Some(NetMechanism::Seccomp)) => Some(SECCOMP_BOUNDARY.into()),
+        (true, Some(_)) => Some("it has no network but its own loopback".into()),
+        (true, None) => Some(format!("it has no network but its own loopback where a network namespace can be made here; otherwise {SECCOMP_BOUNDARY}")),
+    };
+    parts.extend(network);
+    if req.pid_namespace {
+        parts.push(if mount_ns == Some(false) {
+            "it is PID 1 of its own PID namespace and cannot signal host processes by pid, but /proc is not remounted and still lists them".into()
+        } else {
+            "it is PID 1 of its own PID namespace with a fresh /proc that shows only that namespace; it cannot see or signal host processes by pid".into()
+        });
+    }
+    parts.join("; ")
+}
+
+const SECCOMP_BOUNDARY: &str = "a seccomp filter lets it open only AF_UNIX and AF_NETLINK sockets: no TCP or UDP at all, not even to loopback";
+
+/// How `--no-network` is enforced, best first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetMechanism {
+    /// `unshare(CLONE_NEWNET)` with CAP_SYS_ADMIN: a fresh namespace, loopback up.
+    NetworkNamespace,
+    /// The same inside an unprivileged user namespace (non-root callers).
+    UserAndNetworkNamespace,
+    /// No namespace can be made (e.g. Docker's default seccomp profile and
+    /// capabilities): a seccomp filter on the socket families.
+    Seccomp,
+}
+
+impl NetMechanism {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetMechanism::NetworkNamespace => "network_namespace",
+            NetMechanism::UserAndNetworkNamespace => "user_and_network_namespace",
+            NetMechanism::Seccomp => "seccomp_socket_families",
+        }
+    }
+}
+
+/// What [`enter_namespaces`] set up.
+pub struct Namespaces {
+    pub net: Option<NetMechanism>,
+    /// `pid_namespace` or `user_and_pid_namespace`: the spawn adds CLONE_NEWPID.
+    pub pid: Option<&'static str>,
+    /// Installed in the child last before exec when `net` is `Seccomp`.
+    pub seccomp: Option<SocketFilter>,
+    /// Whether this process now lives in a user namespace of its own.
+    pub user_namespace: bool,
+}
+
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Enter a new user namespace in which this process keeps its own uid and
+/// gid (mapped to themselves) and holds the capabilities needed to create
+/// network and PID namespaces. Needs a single-threaded process.
+pub fn enter_user_namespace() -> Result<(), String> {
+    let (uid, gid) = (geteuid().as_raw(), getegid().as_raw());
+    let was_dumpable = sys::is_dumpable();
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))?;
+    // The runner is non-dumpable (its /proc/self files then belong to root);
+    // it must own them to write its maps. No child exists yet.
+    sys::set_dumpable().map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
+    let write = |file: &str, text: String| {
+        std::fs::write(file, text).map_err(|e| format!("writing {file}: {e}"))
+    };
+    let maps = write("/proc/self/setgroups", "deny".into())
+        .and_then(|()| write("/proc/self/uid_map", format!("{uid} {uid} 1")))
+        .and_then(|()| write("/proc/self/gid_map", format!("{gid} {gid} 1")));
+    if !was_dumpable {
+        sys::set_non_dumpable().map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
+    }
+    maps
+}
+
+/// Set up, in this process, the namespaces `--no-network` and
+/// `--pid-namespace` need, by the first mechanism that works: with
+/// CAP_SYS_ADMIN directly; without it inside an unprivileged user namespace;
+/// for `--no-network` alone, failing both, a seccomp socket filter (checked
+/// in a throw-away child). `run` calls this before the use is spent;
+/// `doctor` calls it inside a probe child, so it reports what `run` does.
+pub fn enter_namespaces(no_network: bool, pid_namespace: bool) -> Result<Namespaces, String> {
+    let mut out = Namespaces {
+        net: None,
+        pid: None,
+        seccomp: None,
+        user_namespace: false,
+    };
+    if !no_network && !pid_namespace {
+        return Ok(out);
+    }
+    let mut why: Vec<String> = Vec::new();
+    let admin = sys::has_effective_capability(CAP_SYS_ADMIN);
+    if !admin {
+        why.push("governed-exec does not hold CAP_SYS_ADMIN".into());
+        match enter_user_namespace() {
+            Ok(()) => out.user_namespace = true,
+            Err(e) => why.push(format!("no user namespace: {e}")),
+        }
+    }
+    if no_network {
+        if admin || out.user_namespace {
+            let made = unshare(CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))
+                .and_then(|()| {
+                    sys::loopback_up().map_err(|e| format!("bringing up loopback: {e}"))
+                });
+            match made {
+                Ok(()) if out.user_namespace => {
+                    out.net = Some(NetMechanism::UserAndNetworkNamespace)
+                }
+                Ok(()) => out.net = Some(NetMechanism::NetworkNamespace),
+                Err(e) => why.push(e),
+            }
+        }
+        if out.net.is_none() {
+            let filter = sys::SocketFilter::no_network()
+                .ok_or_else(|| "no seccomp socket filter for this architecture".to_string())
+                .and_then(|f| f.check().map(|()| f));
+            match filter {
+                Ok(f) => {
+                    out.net = Some(NetMechanism::Seccomp);
+                    out.seccomp = Some(f);
+                }
+                Err(e) => {
+                    why.push(format!("seccomp: {e}"));
+                    return Err(unavailable("--no-network", why.join("; ")));
+                }
+            }
+        }
+    }
+    if pid_namespace {
+        if admin {
+            out.pid = Some("pid_namespace");
+        } else if out.user_namespace {
+            out.pid = Some("user_and_pid_namespace");
+        } else {
+            return Err(unavailable("--pid-namespace", why.join("; ")));
+        }
+    }
+    Ok(out)
+}
+
+fn unavailable(what: &str, why: impl std::fmt::Display) -> String {
+    format!("{what} cannot be enforced here: {why}")
+}
+
+/// Check and set up everything the lease asks for; `writable` are the
+/// directories always writable under a Landlock scope (workspace, HOME, TMPDIR).
+pub fn prepare(
+    req: &IsolationRequest,
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+) -> Result<Prepared, String> {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let euid = geteuid().as_raw();
+    let creds = match req.as_user {
+        Some(u) if euid != 0 => {
+            return Err(unavailable(
+                &format!("--as-user {}:{}", u.uid, u.gid),
+                format!("governed-exec runs as uid {euid}; switching uid needs root"),
+            ))
+        }
+        Some(u) => Some(ChildCreds {
+            uid: u.uid,
+            gid: u.gid,
+        }),
+        None => None,
+    };
+    let (child_uid, child_gid) = creds.map_or((euid, getegid().as_raw()), |c| (c.uid, c.gid));
+
+    let mut landlock_abi = None;
+    let mut landlock_writable = Vec::new();
+    let landlock_fd = match &req.fs_write {
+        None => None,
+        Some(extra) => {
+            let abi = sys::landlock_abi_version()
+                .ok_or_else(|| unavailable("--fs-write", "the kernel offers no Landlock"))?;
+            let mut paths: Vec<PathBuf> = writable.to_vec();
+            paths.extend(extra.iter().map(PathBuf::from));
+            paths.push(PathBuf::from("/dev/null"));
+            let readable: Option<Vec<PathBuf>> = req
+                .fs_read
+                .as_ref()
+                .map(|r| r.iter().map(PathBuf::from).collect());
+            let fd = build_ruleset(abi, &paths, readable.as_deref())
+                .map_err(|e| unavailable("--fs-write/--fs-read", e))?;
+            landlock_abi = Some(abi);
+            landlock_writable = paths.iter().map(|p| p.display().to_string()).collect();
+            Some(fd)
+        }
+    };
+    // Whether this runner can give a child a mount namespace at all: a root
+    // runner without CAP_SYS_ADMIN (Docker's defaults) cannot. Read before
+    // `enter_namespaces`, whose user namespace would grant it there.
+    let can_mount = sys::has_effective_capability(CAP_SYS_ADMIN);
+    // The network namespace is entered here (the parent never uses the
+    // network); the PID namespace is created by the spawn itself (clone
+    // with CLONE_NEWPID), for which this checks that we hold what it needs:
+    // directly, through a user namespace, or (--no-network only) a seccomp
+    // socket filter.
+    let ns = enter_namespaces(req.no_network, req.pid_namespace)?;
+    // A root runner under isolation gives the child its own mount namespace
+    // (the child is root until it drops to --as-user, and a uid-0 child stays
+    // root): the runner's key and state dir, cgroupfs and host devices are
+    // covered there, /proc is fresh in a PID namespace.
+    const CAP_SETPCAP: u32 = 8;
+    let root_child = euid == 0 && creds.is_none() && any_isolation(req);
+    if root_child && !sys::has_effective_capability(CAP_SETPCAP) {
+        return Err(unavailable(
+            "isolation for a uid-0 child",
+            "dropping the capabilities that would undo it from the bounding set needs CAP_SETPCAP, which governed-exec does not hold (use --as-user)",
+        ));
+    }
+    // The mount namespace needs CAP_SYS_ADMIN (a container without it still
+    // runs --as-user and --fs-write children; their receipts then say the
+    // key was covered by nothing but file modes).
+    let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
+        if can_mount {
+            let (plan, covered) = mount_plan(req, writable, protect)
+                .map_err(|e| unavailable("isolation for a root child", e))?;
+            sys::probe_mounts(&plan).map_err(|e| {
+                unavailable(
+                    "isolation for a root child",
+                    format!("setting up the child's mount namespace failed here: {e}"),
+                )
+            })?;
+            (Some(plan), Some(covered))
+        } else {
+            (
+                None,
+                Some(Err(
+                    "governed-exec lacks CAP_SYS_ADMIN to give the child a mount namespace that covers the key".to_string(),
+                )),
+            )
+        }
+    } else {
+        (None, None)
+    };
+    let root_caps_keep = root_child.then(reach::root_keep_mask);
+    // A non-root runner under isolation: a child of its own uid is kept from
+    // the key and the state dir by Landlock (which also forbids it to ptrace
+    // the runner, outside its domain).
+    //
+    // A uid-0 child under isolation gets the same guard on top of its mount
+    // namespace: without it, root may rename a directory above the covered
+    // state dir or key (a cover moves with its mountpoint's parent) and
+    // plant its own in their place, and may make a user namespace of its
+    // own in which it mounts cgroupfs and raises its pids.max. A Landlock
+    // domain forbids both: the guard leaves the directories above the key
+    // and the state dir read-only, and no landlocked process may mount.
+    let (landlock_guard_fd, landlock_guard_access, key_landlocked) =
+        if (euid != 0 || root_child) && any_isolation(req) {
+            match sys::landlock_abi_version() {
+                None => (
+                    None,
+                    0,
+                    Some(Err(
+                        "the kernel offers no Landlock to deny the child the key".to_string(),
+                    )),
+                ),
+                Some(abi) => match guard_ruleset(abi, writable, protect, root_child) {
+                    Ok((fd, how)) => (
+                        Some(fd),
+                        AccessFs::from_all(ABI::from(abi as i32)).bits(),
+                        Some(Ok(how)),
+                    ),
+                    Err(why) => (None, 0, Some(Err(why))),
+                },
+            }
+        } else {
+            (None, 0, None)
+        };
+
+    let report = IsolationReport {
+        boundary: boundary_text(req, child_uid, Some(mounts.is_some()), ns.net),
+        os_sandbox: any_isolation(req),
+        uid: child_uid,
+        gid: child_gid,
+        no_new_privs: true,
+        inherited_fds_closed: true,
+        parent_death_signal: true,
+        capabilities_dropped: creds.is_some() || root_caps_keep.is_some(),
+        landlock_abi,
+        landlock_writable,
+        landlock_readable: req.fs_read.clone().unwrap_or_default(),
+        network_namespace: matches!(
+            ns.net,
+            Some(NetMechanism::NetworkNamespace | NetMechanism::UserAndNetworkNamespace)
+        ),
+        pid_namespace: req.pid_namespace,
+        network_mechanism: ns.net.map(|m| m.as_str().to_string()),
+        pid_namespace_mechanism: ns.pid.map(str::to_string),
+        // Set by `run` from `process_limit::choose`.
+        process_limit: String::new(),
+        process_limit_evadable: false,
+        capabilities_kept: if creds.is_some() {
+            Some(vec![])
+        } else {
+            root_caps_keep.map(|_| reach::root_keep_names())
+        },
+        mount_namespace: mounts.is_some(),
+        proc_remounted: mounts.as_ref().is_some_and(|m| m.fresh_proc),
+        kernel_view: None,
+    };
+    Ok(Prepared {
+        creds,
+        landlock_fd,
+        seccomp: ns.seccomp,
+        report,
+        mounts,
+        root_caps_keep,
+        key_covered,
+        landlock_guard_access,
+        landlock_guard_fd,
+        key_landlocked,
+    })
+}
+
+/// A block device node under `/dev` (or `/dev/mapper`) this process can open
+/// for reading.
+fn readable_block_device() -> Option<PathBuf> {
+    ["/dev", "/dev/mapper"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|rd| rd.flatten())
+        .map(|e| e.path())
+        .find(|p| {
+            std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_block_device())
+                && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::R_OK).is_ok()
+        })
+}
+
+/// A ruleset that handles every filesystem right and grants all of them
+/// everywhere except beneath the runner's key and state dir (and every alias
+/// path of them): each directory above a protected path gets only
+/// `READ_DIR`, each of its other entries everything. So the child can
+/// neither read, replace nor delete the key or anything in the state dir,
+/// and cannot create new entries directly in the directories above them.
+fn guard_ruleset(
+    abi: i64,
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+    root_child: bool,
+) -> Result<(OwnedFd, String), String> {
+    let mounts = reach::mounts();
+    let key_paths = reach::aliases(protect.key, &mounts)
+        .map_err(|e| format!("runner key {}: {e}", protect.key.display()))?;
+    let nlink = std::fs::metadata(protect.key).map_or(0, |m| m.nlink());
+    if nlink != 1 {
+        return Err(format!(
+            "the key file has {nlink} hard links; Landlock covers paths, not the inode"
+        ));
+    }
+    // A raw disk this uid can read (group `disk`) holds the key's blocks. (A
+    // uid-0 child's devices are its mount namespace's business: a fresh
+    // `/dev` without raw disks, or no cover and so no claim at all.)
+    if let Some(dev) = (!root_child).then(readable_block_device).flatten() {
+        return Err(format!(
+            "the block device {} is readable by this uid, and the key's blocks with it",
+            dev.display()
+        ));
+    }
+    let mut protected = key_paths.clone();
+    if let Ok(a) = reach::aliases(protect.state_dir, &mounts) {
+        protected.extend(a);
+    }
+    for w in writable {
+        if protected
+            .iter()
+            .any(|p| w.starts_with(p) || p.starts_with(w))
+        {
+            return Err(format!(
+                "{} and the runner's key or state dir contain one another",
+                w.display()
+            ));
+        }
+    }
+    let ancestors: std::collections::HashSet<PathBuf> = protected
+        .iter()
+        .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf))
+        .collect();
+    let abi_v = ABI::from(abi as i32);
+    let all = AccessFs::from_all(abi_v);
+    let mut created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(|e| e.to_string())?
+        .create()
+        .map_err(|e| e.to_string())?;
+    let mut rules = 0usize;
+    let mut stack = vec![PathBuf::from("/")];
+    while let Some(dir) = stack.pop() {
+        let fd = PathFd::new(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        created = created
+            .add_rule(PathBeneath::new(fd, AccessFs::ReadDir))
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in rd.flatten() {
+            let p = entry.path();
+            if protected.contains(&p) {
+                continue;
+            }
+            if ancestors.contains(&p) {
+                stack.push(p);
+                continue;
+            }
+            let Ok(ft) = entry.file_type() else { continue };
+            if ft.is_symlink() {
+                // Resolved at use, and checked where it points.
+                continue;
+            }
+            let access = if ft.is_dir() {
+                all
+            } else {
+                all & AccessFs::from_file(abi_v)
+            };
+            let Ok(fd) = PathFd::new(&p) else { continue };
+            created = created
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(|e| format!("{}: {e}", p.display()))?;
+            rules += 1;
+        }
+    }
+    let fd: Option<OwnedFd> = created.into();
+    let fd = fd.ok_or_else(|| "Landlock ruleset was not created".to_string())?;
+    Ok((
+        fd,
+        format!(
+            "Landlock (ABI {abi}) denies the child {} path(s) of the key and the state dir ({rules} rules)",
+            key_paths.len()
+        ),
+    ))
+}
+
+fn cstr(p: &Path) -> Result<CString, String> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", p.display()))
+}
+
+/// The mount namespace of a root runner's isolated child; the second value
+/// says whether every path of the runner key is covered in it.
+fn mount_plan(
+    req: &IsolationRequest,
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+) -> Result<(MountPlan, Result<String, String>), String> {
+    let mounts = reach::mounts();
+    let mut plan = MountPlan {
+        new_cgroup_ns: true,
+        fresh_proc: req.pid_namespace,
+        ..MountPlan::default()
+    };
+    let mut covered_key = Err("the runner key does not exist yet".to_string());
+    if let Ok(aliases) = reach::aliases(protect.key, &mounts) {
+        for a in &aliases {
+            plan.cover_files.push(cstr(a)?);
+        }
+        let nlink = std::fs::metadata(protect.key).map_or(0, |m| m.nlink());
+        covered_key = if nlink == 1 {
+            Ok(format!("{} path(s) of the key covered", aliases.len()))
+        } else {
+            Err(format!(
+                "the key file has {nlink} hard links; only paths of the same mount were covered"
+            ))
+        };
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Ok(aliases) = reach::aliases(protect.state_dir, &mounts) {
+        // Never cover what the child must use (a workspace inside the state dir).
+        for a in aliases {
+            if !writable.iter().any(|w| w.starts_with(&a)) {
+                dirs.push(a);
+            }
+        }
+    }
+    plan.fresh_sys = mounts
+        .iter()
+        .any(|m| m.point == Path::new("/sys") && m.fstype == "sysfs");
+    for m in &mounts {
+        let cg = m.fstype == "cgroup" || m.fstype == "cgroup2";
+        if cg && !(plan.fresh_sys && m.point.starts_with("/sys")) && !dirs.contains(&m.point) {
+            dirs.push(m.point.clone());
+        }
+    }
+    // Deepest first, so every mount point still resolves when it is covered.
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for d in &dirs {
+        plan.cover_dirs.push(cstr(d)?);
+    }
+    for name in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let p = Path::new("/dev").join(name);
+        let is_char = std::fs::metadata(&p).is_ok_and(|m| m.file_type().is_char_device());
+        if !is_char {
+            continue;
+        }
+        if plan.dev_nodes.len() < sys::MAX_DEV_NODES {
+            plan.dev_nodes.push(cstr(&p)?);
+        }
+    }
+    Ok((plan, covered_key))
+}
+
+/// Writes only beneath `writable`; reads and execution everywhere. Every
+/// access right of the kernel's ABI is handled, and the ruleset is a hard
+/// requirement: a right the kernel cannot restrict is an error, not a gap.
+fn build_ruleset(
+    abi: i64,
+    writable: &[PathBuf],
+    readable: Option<&[PathBuf]>,
+) -> Result<OwnedFd, String> {
+    let abi = ABI::from(abi as i32);
+    let all = AccessFs::from_all(abi);
+    let read = AccessFs::from_read(abi);
+    let mut created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(|e| e.to_string())?
+        .create()
+        .map_err(|e| e.to_string())?;
+    let root = [PathBuf::from("/")];
+    for p in readable.unwrap_or(&root) {
+        let fd = PathFd::new(p).map_err(|e| format!("readable path {}: {e}", p.display()))?;
+        let access = if p.is_dir() {
+            read
+        } else {
+            read & AccessFs::from_file(abi)
+        };
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| format!("readable path {}: {e}", p.display()))?;
+    }
+    for p in writable {
+        let fd = PathFd::new(p).map_err(|e| format!("writable path {}: {e}", p.display()))?;
+        let access = if Path::new(p).is_dir() {
+            all
+        } else {
+            all & AccessFs::from_file(abi)
+        };
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| format!("writable path {}: {e}", p.display()))?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or_else(|| "Landlock ruleset was not created".to_string())
+}
