@@ -188,6 +188,7 @@ pub fn cli_main() -> i32 {
                     lease: r.lease,
                     cwd: r.cwd,
                     profile: r.profile,
+                    nonce: r.nonce,
                     command: r.command,
                 },
                 &mut signals,
@@ -202,6 +203,7 @@ pub fn cli_main() -> i32 {
             json,
             format,
             allow_key_in_reach,
+            nonce,
         } => match verify::verify(
             &goal,
             &receipt,
@@ -209,6 +211,7 @@ pub fn cli_main() -> i32 {
             state_dir.as_deref(),
             allow_key_in_reach,
             ledger.as_deref(),
+            nonce.as_deref(),
         ) {
             Err(e) => usage_error(e),
             Ok(v) => {

@@ -57,6 +57,10 @@ pub enum Command {
         /// (such a receipt proves nothing against the child it describes).
         #[arg(long)]
         allow_key_in_reach: bool,
+        /// NOT_VERIFIED unless the receipt carries exactly this nonce (the
+        /// value given to `run --nonce`, e.g. the CI job's run id).
+        #[arg(long, value_name = "VALUE")]
+        nonce: Option<String>,
     },
     /// Inspect the journal of attempts.
     Journal {
@@ -259,6 +263,11 @@ pub struct RunCmd {
     pub cwd: Option<String>,
     #[arg(long, value_enum)]
     pub profile: Option<Profile>,
+    /// Bind the receipt to this run: recorded as `predicate.nonce` (in a
+    /// refusal too); `verify --nonce` checks it. At most 256 bytes, no
+    /// control characters.
+    #[arg(long, value_name = "VALUE")]
+    pub nonce: Option<String>,
     #[arg(last = true, value_name = "EXECUTABLE [ARG...]")]
     pub command: Vec<OsString>,
 }

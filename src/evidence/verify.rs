@@ -60,6 +60,7 @@ pub fn verify(
     state_dir: Option<&Path>,
     allow_key_in_reach: bool,
     ledger: Option<&str>,
+    nonce: Option<&str>,
 ) -> Result<Verdict, String> {
     let goal = goal::load(goal_path)?;
     let cross_check = match (state_dir, ledger) {
@@ -83,7 +84,14 @@ pub fn verify(
         format!("receipt {shown}: statement"),
     );
     let mut v = match authenticate(&bytes, &trust, (&labels.0, &labels.1)) {
-        Ok((stmt, payload)) => judge_authentic(&goal, &stmt, &payload, cross_check.as_deref()),
+        Ok((stmt, payload)) => {
+            let mut v = judge_authentic(&goal, &stmt, &payload, cross_check.as_deref());
+            if let Some(unmet) = nonce_unmet(nonce, stmt.predicate.nonce.as_deref()) {
+                v.unmet.push(unmet);
+                v.verdict = "NOT_VERIFIED";
+            }
+            v
+        }
         Err(Unauthentic::NotAnEnvelope(e) | Unauthentic::UnreadableStatement(e)) => return Err(e),
         Err(Unauthentic::Fails(why)) => not_verified(why),
     };
@@ -96,6 +104,22 @@ pub fn verify(
         }
     }
     Ok(v)
+}
+
+/// `verify --nonce`: the receipt must carry exactly the caller's nonce, so a
+/// stale genuine receipt left at the receipt path cannot stand in for this
+/// run's (CONTRACT §11).
+fn nonce_unmet(wanted: Option<&str>, carried: Option<&str>) -> Option<String> {
+    let wanted = wanted?;
+    match carried {
+        Some(c) if c == wanted => None,
+        Some(c) => Some(format!(
+            "nonce_mismatch: the receipt was made for nonce {c:?}, not {wanted:?} (a receipt of another run)"
+        )),
+        None => Some(format!(
+            "nonce_mismatch: the receipt carries no nonce, {wanted:?} was asked for (run it with --nonce)"
+        )),
+    }
 }
 
 /// The goal the `verify_envelope` fuzz target judges against.

@@ -1022,6 +1022,10 @@ pub struct ReceiptBody {
     pub signing: Option<SigningReport>,
     /// SHA-256 of the journal's `executing` record this receipt closes.
     pub journal_record_sha256: Option<String>,
+    /// The caller's `run --nonce` (CONTRACT §11): `verify --nonce` binds
+    /// the receipt to that one run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
     pub runner_version: String,
 }
 

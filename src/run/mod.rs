@@ -51,6 +51,8 @@ pub struct RunArgs {
     pub lease: Option<String>,
     pub cwd: Option<String>,
     pub profile: Option<Profile>,
+    /// The caller's nonce, recorded in the receipt (CONTRACT §11).
+    pub nonce: Option<String>,
     pub command: Vec<OsString>,
 }
 
@@ -67,6 +69,27 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", hex::encode(b))
 }
 
+/// The longest `--nonce` a receipt carries.
+pub const MAX_NONCE_BYTES: usize = 256;
+
+/// A nonce is an opaque token a caller compares byte for byte: non-empty,
+/// bounded, and free of control characters (it is printed in views).
+fn check_nonce(n: &str) -> Result<String, String> {
+    if n.is_empty() {
+        return Err("--nonce: empty; give the CI job's run id or another per-run value".into());
+    }
+    if n.len() > MAX_NONCE_BYTES {
+        return Err(format!(
+            "--nonce: {} bytes, at most {MAX_NONCE_BYTES}",
+            n.len()
+        ));
+    }
+    if n.chars().any(char::is_control) {
+        return Err("--nonce: contains a control character".into());
+    }
+    Ok(n.to_string())
+}
+
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
@@ -79,6 +102,8 @@ struct Draft {
     request: Option<Request>,
     started: SystemTime,
     key: Option<SigningKey>,
+    /// `run --nonce`, once checked.
+    nonce: Option<String>,
     /// `--receipt PATH`, its directory pinned before any child runs (or why
     /// it could not be).
     receipt_target: Option<(PathBuf, std::io::Result<WriteTarget>)>,
@@ -94,6 +119,7 @@ impl Draft {
             request: None,
             started: SystemTime::now(),
             key: None,
+            nonce: None,
             receipt_target: receipt_path.map(|p| {
                 let t = WriteTarget::new(&p);
                 (p, t)
@@ -148,6 +174,7 @@ impl Draft {
             process_limit: None,
             signing: None,
             journal_record_sha256: None,
+            nonce: self.nonce.clone(),
             runner_version: env!("CARGO_PKG_VERSION").into(),
         }
     }
@@ -539,6 +566,12 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         .clone()
         .unwrap_or_else(journal::default_state_dir);
     let mut draft = Draft::new(args.receipt.clone());
+    // The nonce goes into every receipt of this run, refusals included; one
+    // that could not be printed safely is bad input, refused without it.
+    match args.nonce.as_deref().map(check_nonce).transpose() {
+        Ok(n) => draft.nonce = n,
+        Err(e) => return draft.refuse(RunError::Request(e).into()),
+    }
     // The runner key's location is known from here on: every refusal is
     // signed, with the key created if needed (as a successful run would),
     // so a harness always gets a receipt `verify` can judge.

@@ -22,6 +22,7 @@ mod lease_rules;
 mod ledger_pg;
 mod lifecycle;
 mod manifest_index;
+mod nonce;
 mod outcomes;
 mod output;
 mod pipeline;
