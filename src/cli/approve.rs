@@ -159,7 +159,9 @@ fn parse_user(s: &str) -> Result<UserSpec, String> {
             .map_err(|_| format!("--as-user {s:?}: expected UID[:GID] as numbers"))?,
         None => uid,
     };
-    Ok(UserSpec { uid, gid })
+    let spec = UserSpec { uid, gid };
+    spec.check()?;
+    Ok(spec)
 }
 
 /// Resolve, sign and store the lease. Returns the lease id.

@@ -1,9 +1,6 @@
 //! ed25519 keys (PKCS#8 / SPKI PEM, the format `openssl genpkey -algorithm
 //! ed25519` writes) and DSSE envelopes over the pre-authentication encoding.
 
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE, URL_SAFE_NO_PAD};
@@ -13,6 +10,7 @@ use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use sha2::{Digest, Sha256};
 
 use crate::model::{DsseSignature, Envelope};
+use crate::os::safe_io;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -140,37 +138,17 @@ pub fn write_keypair(key: &SigningKey, key_path: &Path, pub_path: &Path) -> Resu
         .to_public_key_pem(Default::default())
         .map_err(|e| fmt_err(e.to_string()))?;
     // The private key appears complete or not at all, and never replaces an
-    // existing one: written to a private temporary name, then hard-linked
-    // into place (link fails if the name exists). Concurrent first runs
-    // racing to create the runner key therefore never read a partial file.
-    let mut tmp_name = key_path.as_os_str().to_os_string();
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = std::path::PathBuf::from(tmp_name);
-    let written = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(private.as_bytes())?;
-        f.sync_all()?;
-        fs::hard_link(&tmp, key_path)
-    })();
-    let _ = fs::remove_file(&tmp);
-    written.map_err(werr(key_path))?;
-    let mut pub_tmp = pub_path.as_os_str().to_os_string();
-    pub_tmp.push(format!(".tmp{}", std::process::id()));
-    let pub_tmp = std::path::PathBuf::from(pub_tmp);
-    let mut p = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(&pub_tmp)
-        .map_err(werr(pub_path))?;
-    p.write_all(public.as_bytes()).map_err(werr(pub_path))?;
-    p.sync_all().map_err(werr(pub_path))?;
-    fs::rename(&pub_tmp, pub_path).map_err(werr(pub_path))?;
+    // existing one: written to an unpredictable temporary name (O_EXCL|
+    // O_NOFOLLOW), then hard-linked into place (link fails if the name
+    // exists). Concurrent first runs racing to create the runner key
+    // therefore never read a partial file, and a symlink planted at either
+    // name is never written through. The public half replaces whatever is
+    // at its name the same way (a planted `.pub` symlink would otherwise
+    // make the trust anchor the planter's file).
+    safe_io::WriteTarget::new(key_path)
+        .and_then(|t| t.create_new(private.as_bytes(), 0o600))
+        .map_err(werr(key_path))?;
+    safe_io::replace_file(pub_path, public.as_bytes(), 0o644).map_err(werr(pub_path))?;
     Ok(())
 }
 

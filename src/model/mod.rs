@@ -244,6 +244,23 @@ pub struct UserSpec {
     pub gid: u32,
 }
 
+impl UserSpec {
+    /// `(uid_t)-1` is no uid: `setresuid(-1, -1, -1)` changes nothing, so
+    /// a child "switched" to 4294967295 would keep the runner's uid (0)
+    /// while the summary and receipt named 4294967295.
+    pub fn check(&self) -> Result<(), String> {
+        for (what, id) in [("uid", self.uid), ("gid", self.gid)] {
+            if id == u32::MAX {
+                return Err(format!(
+                    "--as-user {}:{}: {what} 4294967295 is (uid_t)-1, which the kernel reads as \"leave unchanged\"; name a real {what}",
+                    self.uid, self.gid
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

@@ -167,6 +167,22 @@ impl WriteTarget {
         }
         self.dir.sync_all()
     }
+
+    /// Create the target with `bytes`, complete or not at all, never
+    /// replacing what is there: a fresh temporary (as [`Self::replace`]),
+    /// fsync, then a hard link to the target name, which fails with
+    /// `AlreadyExists` if anything (a file, a planted symlink) holds it.
+    pub fn create_new(&self, bytes: &[u8], mode: u32) -> io::Result<()> {
+        let tmp = temp_name(&self.name);
+        let mut file = sys::create_exclusive_at(&self.dir, &tmp, mode)?;
+        let written = file
+            .write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| sys::link_at(&self.dir, &tmp, &self.name));
+        let _ = sys::unlink_at(&self.dir, &tmp);
+        written?;
+        self.dir.sync_all()
+    }
 }
 
 /// `.NAME.RANDOM.tmp`: unpredictable, so nobody can plant it in advance (and

@@ -1282,6 +1282,18 @@ pub fn rename_at(
     Ok(())
 }
 
+/// `linkat` within one directory fd: fails with `EEXIST` if `to` exists
+/// (never replaces it, never follows `from` if it is a symlink).
+pub fn link_at(
+    dir: &std::fs::File,
+    from: &std::ffi::OsStr,
+    to: &std::ffi::OsStr,
+) -> io::Result<()> {
+    let d = Some(dir.as_raw_fd());
+    nix::unistd::linkat(d, from, d, to, nix::fcntl::AtFlags::empty())?;
+    Ok(())
+}
+
 /// `unlinkat` of a file entry within a directory fd.
 pub fn unlink_at(dir: &std::fs::File, name: &std::ffi::OsStr) -> io::Result<()> {
     nix::unistd::unlinkat(

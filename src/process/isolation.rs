@@ -273,10 +273,15 @@ pub fn prepare(
                 format!("governed-exec runs as uid {euid}; switching uid needs root"),
             ))
         }
-        Some(u) => Some(ChildCreds {
-            uid: u.uid,
-            gid: u.gid,
-        }),
+        Some(u) => {
+            // A lease signed before approve refused (uid_t)-1 still names it.
+            u.check()
+                .map_err(|e| unavailable(&format!("--as-user {}:{}", u.uid, u.gid), e))?;
+            Some(ChildCreds {
+                uid: u.uid,
+                gid: u.gid,
+            })
+        }
         None => None,
     };
     let (child_uid, child_gid) = creds.map_or((euid, getegid().as_raw()), |c| (c.uid, c.gid));
@@ -317,7 +322,10 @@ pub fn prepare(
     // root): the runner's key and state dir, cgroupfs and host devices are
     // covered there, /proc is fresh in a PID namespace.
     const CAP_SETPCAP: u32 = 8;
-    let root_child = euid == 0 && creds.is_none() && any_isolation(req);
+    // `--as-user 0` is a uid-0 child too: it loses every capability, but
+    // uid 0 still owns the directories above the state dir and may rename
+    // them, so it gets the same Landlock guard as any isolated uid-0 child.
+    let root_child = euid == 0 && child_uid == 0 && any_isolation(req);
     if root_child && !sys::has_effective_capability(CAP_SETPCAP) {
         return Err(unavailable(
             "isolation for a uid-0 child",
@@ -349,7 +357,7 @@ pub fn prepare(
     } else {
         (None, None)
     };
-    let root_caps_keep = root_child.then(reach::root_keep_mask);
+    let root_caps_keep = (root_child && creds.is_none()).then(reach::root_keep_mask);
     // A non-root runner under isolation: a child of its own uid is kept from
     // the key and the state dir by Landlock (which also forbids it to ptrace
     // the runner, outside its domain).

@@ -682,3 +682,68 @@ fn a_big_script_rewritten_while_it_is_hashed_and_copied_runs_the_approved_bytes_
     assert!(rewrites > 0, "the watcher never rewrote the file");
     eprintln!("exit codes by delay: {outcomes:?}");
 }
+
+/// keygen and the runner's first key write never write through a planted
+/// symlink: the `.pub` is the trust anchor a verifier reads, and its
+/// temporary (once `PREFIX.pub.tmp<PID>`, predictable) was followed
+/// (issue 18, finding 9).
+#[test]
+fn keygen_and_the_runner_key_never_write_through_planted_symlinks() {
+    let d = tempfile::tempdir().expect("tempdir");
+    let victim = d.path().join("victim");
+    std::fs::write(&victim, "untouched\n").expect("victim");
+    let prefix = d.path().join("k");
+    // Every temporary name the old code would use for the next pids, and
+    // the public key's own name.
+    let here = std::process::id();
+    for pid in here..here + 200 {
+        let _ = std::os::unix::fs::symlink(&victim, d.path().join(format!("k.pub.tmp{pid}")));
+    }
+    std::os::unix::fs::symlink(&victim, d.path().join("k.pub")).expect("plant");
+    let o = output(cmd().arg("keygen").arg("--out").arg(&prefix));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "untouched\n"
+    );
+    let pub_path = d.path().join("k.pub");
+    let meta = std::fs::symlink_metadata(&pub_path).expect("k.pub");
+    assert!(meta.file_type().is_file(), "k.pub is still a symlink");
+    assert!(std::fs::read_to_string(&pub_path)
+        .expect("pub")
+        .contains("BEGIN PUBLIC KEY"));
+
+    // The runner's own key pair, made on first use in the state dir.
+    let e = Env::new();
+    std::fs::create_dir_all(&e.state).expect("state");
+    std::os::unix::fs::symlink(&victim, e.state.join("runner.pub")).expect("plant");
+    e.approve(&[], &["true"]);
+    let r = e.run(&[], &["true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "untouched\n"
+    );
+    assert!(std::fs::symlink_metadata(e.runner_pub())
+        .expect("runner.pub")
+        .file_type()
+        .is_file());
+}
+
+/// `--as-user 4294967295` is `(uid_t)-1`: "leave unchanged" to the kernel,
+/// so the child stayed uid 0 while the summary named 4294967295 (issue 18,
+/// finding 10). Refused at approve, naming the value.
+#[test]
+fn as_user_minus_one_is_refused_at_approve() {
+    let e = Env::new();
+    for spec in ["4294967295", "1000:4294967295", "4294967295:0"] {
+        let o = output(e.approve_cmd(&["--as-user", spec], &["true"]));
+        assert_eq!(o.status.code(), Some(2), "{spec}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("4294967295") && err.contains("--as-user"),
+            "{err}"
+        );
+    }
+    assert!(!e.manifest.exists(), "nothing written");
+}

@@ -632,6 +632,19 @@ fn an_isolated_root_child_cannot_raise_its_pids_max_through_a_user_namespace() {
 #[test]
 fn an_isolated_root_child_cannot_replace_the_state_dir_by_renaming_its_parent() {
     require_root!("an_isolated_root_child_cannot_replace_the_state_dir_by_renaming_its_parent");
+    rename_attack(&["--no-network"]);
+}
+
+/// `--as-user 0` drops every capability, but uid 0 still owns the state
+/// dir's parent: it got the mount covers and not the guard, renamed the
+/// parent and planted its own runner key (issue 18, finding 2).
+#[test]
+fn an_as_user_0_child_cannot_replace_the_state_dir_by_renaming_its_parent() {
+    require_root!("an_as_user_0_child_cannot_replace_the_state_dir_by_renaming_its_parent");
+    rename_attack(&["--as-user", "0"]);
+}
+
+fn rename_attack(flags: &[&str]) {
     let (e, _) = env_with_runner_key();
     let runner_pub = std::fs::read(e.runner_pub()).expect("runner.pub");
     let parent = e.dir.path().display().to_string();
@@ -639,7 +652,7 @@ fn an_isolated_root_child_cannot_replace_the_state_dir_by_renaming_its_parent() 
         "mv {parent} {parent}.moved && echo MOVED-PARENT; mkdir {parent}/planted && echo MADE-ENTRY; mv {parent}/ws {parent}/ws2 && echo MOVED-WS; exit 0"
     );
     let probe = ["sh", "-c", script.as_str()];
-    e.approve(&["--no-network"], &probe);
+    e.approve(flags, &probe);
     let (r, receipt) = e.run_to_file("r.json", &probe);
     let out = r.stdout_text();
     for done in ["MOVED-PARENT", "MADE-ENTRY"] {
