@@ -229,6 +229,7 @@ pub fn verify_digest(key: &VerifyingKey, digest: &[u8], sig_b64: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     /// The DSSE specification's published PAE example.
     #[test]
