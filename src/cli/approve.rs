@@ -364,12 +364,15 @@ fn supersede(m: &mut Manifest, new: &LeaseBody) -> Vec<(String, Option<String>)>
 pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
     // Every string in the summary may come from the request or the disk:
     // `quoted` shows hidden characters (bidi overrides, zero-width, controls)
-    // as `\u{…}`, and the whole text passes through `visible_lines` at the
-    // end. The lease keeps the exact bytes.
+    // as `\u{…}`; every value (paths, symlink targets, the interpreter line
+    // come from file and directory names, which may hold a newline) is one
+    // `visible` line, so no name can add a line of its own to what the
+    // approver reads. The lease keeps the exact bytes.
     let q = |s: &str| escape::quoted(s);
     let e = &b.executable;
     let mut out = String::new();
-    let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<13} {v}\n"));
+    let mut line =
+        |k: &str, v: String| out.push_str(&format!("  {k:<13} {}\n", escape::visible(&v)));
     line("lease", b.lease_id.clone());
     line(
         "goal",

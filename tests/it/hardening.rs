@@ -747,3 +747,28 @@ fn as_user_minus_one_is_refused_at_approve() {
     }
     assert!(!e.manifest.exists(), "nothing written");
 }
+
+/// A newline in a directory or file name added forged lines to the approval
+/// summary: only argv went through the escaping (issue 18, finding 13).
+#[test]
+fn a_newline_in_a_file_or_directory_name_adds_no_line_to_the_summary() {
+    let e = Env::new();
+    let forged = "d\n  sha256        0000forged";
+    let dir = e.ws.join(forged);
+    std::fs::create_dir(&dir).expect("dir");
+    let script = dir.join("s\n  warning       none.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").expect("script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let exe = script.display().to_string();
+    let o = output(e.approve_cmd(&["--cwd", forged], &[exe.as_str()]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = String::from_utf8_lossy(&o.stderr);
+    for l in summary.lines() {
+        let t = l.trim_start();
+        assert!(
+            !t.starts_with("sha256        0000forged") && !t.starts_with("warning       none.sh"),
+            "a name forged a summary line: {l:?}\n{summary}"
+        );
+    }
+    assert!(summary.contains(r"d\n  sha256"), "{summary}");
+}
