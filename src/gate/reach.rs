@@ -1,6 +1,11 @@
-//! What a child could reach: the paths under which a file is visible in this
-//! mount namespace, and the capability set a uid-0 child keeps when
-//! isolation is in its lease (CONTRACT §7).
+//! What a child could reach (CONTRACT §7, last paragraph): the paths under
+//! which a file is visible in this mount namespace, the capability set a
+//! uid-0 child keeps when isolation is in its lease, the sockets of daemons
+//! that act on a caller's behalf, and the files the runner's decisions rest
+//! on beyond its key and state dir (a named ledger directory, ledger
+//! credentials). `process::isolation` covers or denies what the kernel
+//! lets it, and states every channel in the receipt with [`ReachEntry`]s;
+//! a new channel is one more entry in one of these lists.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -108,6 +113,128 @@ pub const ROOT_KEEP: &[(u32, &str)] = &[
     (18, "CAP_SYS_CHROOT"),
     (29, "CAP_AUDIT_WRITE"),
 ];
+
+/// Sockets of daemons that start processes or read files for whoever
+/// connects: reaching one is reaching everything its daemon can (a
+/// container that copies out the runner key, processes outside every
+/// witness of the run's cleanup).
+pub const DAEMON_SOCKETS: &[(&str, &str)] = &[
+    ("/run/docker.sock", "docker"),
+    ("/var/run/docker.sock", "docker"),
+    ("/run/containerd/containerd.sock", "containerd"),
+    ("/run/podman/podman.sock", "podman"),
+    ("/run/crio/crio.sock", "cri-o"),
+    ("/run/buildkit/buildkitd.sock", "buildkit"),
+    ("/run/systemd/private", "systemd"),
+    ("/run/dbus/system_bus_socket", "the system D-Bus"),
+    ("/run/libvirt/libvirt-sock", "libvirt"),
+];
+
+/// The same daemons run per user (rootless docker and podman, the user's
+/// systemd and session bus), under `/run/user/UID`.
+const USER_DAEMON_SOCKETS: &[(&str, &str)] = &[
+    ("docker.sock", "rootless docker"),
+    ("podman/podman.sock", "rootless podman"),
+    ("systemd/private", "the user's systemd"),
+    ("bus", "the user's session D-Bus"),
+];
+
+/// The daemon sockets present on this machine for a child of `uid` (and of
+/// the runner's `runner_uid`), each once by its canonical path, with the
+/// daemon's name; `extra` are sockets the approver named.
+pub fn daemon_sockets(uid: u32, runner_uid: u32, extra: &[String]) -> Vec<(PathBuf, String)> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut candidates: Vec<(PathBuf, String)> = DAEMON_SOCKETS
+        .iter()
+        .map(|(p, d)| (PathBuf::from(p), d.to_string()))
+        .collect();
+    let mut uids = vec![uid, runner_uid];
+    uids.dedup();
+    for u in uids {
+        for (rel, d) in USER_DAEMON_SOCKETS {
+            candidates.push((
+                Path::new("/run/user").join(u.to_string()).join(rel),
+                d.to_string(),
+            ));
+        }
+    }
+    candidates.extend(
+        extra
+            .iter()
+            .map(|p| (PathBuf::from(p), "named by the approver".to_string())),
+    );
+    let mut out: Vec<(PathBuf, String)> = Vec::new();
+    for (p, d) in candidates {
+        let Ok(canonical) = p.canonicalize() else {
+            continue;
+        };
+        let is_socket = std::fs::metadata(&canonical).is_ok_and(|m| m.file_type().is_socket());
+        if is_socket && !out.iter().any(|(q, _)| *q == canonical) {
+            out.push((canonical, d));
+        }
+    }
+    out
+}
+
+/// Who the child is, for the kernel's permission check on a path.
+#[derive(Debug, Clone)]
+pub struct ChildIds {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (none after `--as-user`).
+    pub groups: Vec<u32>,
+    /// CAP_DAC_OVERRIDE: a uid-0 child that keeps it passes every mode check.
+    pub dac_override: bool,
+}
+
+impl ChildIds {
+    /// Whether mode bits `want` (r=4, w=2, x=1 of one class) are granted to
+    /// the child on `meta`, as the kernel's owner/group/other check does.
+    pub fn may(&self, meta: &std::fs::Metadata, want: u32) -> bool {
+        if self.dac_override {
+            return true;
+        }
+        let mode = meta.mode();
+        let class = if meta.uid() == self.uid {
+            mode >> 6
+        } else if meta.gid() == self.gid || self.groups.contains(&meta.gid()) {
+            mode >> 3
+        } else {
+            mode
+        };
+        class & want == want
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "uid {} gid {}{}",
+            self.uid,
+            self.gid,
+            if self.groups.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " groups {}",
+                    self.groups
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            }
+        )
+    }
+}
+
+/// How a path's mode and owner read in a reach entry.
+pub fn mode_text(meta: &std::fs::Metadata) -> String {
+    format!(
+        "mode {:o}, owner {}:{}",
+        meta.mode() & 0o7777,
+        meta.uid(),
+        meta.gid()
+    )
+}
 
 pub fn root_keep_mask() -> u64 {
     ROOT_KEEP.iter().fold(0, |m, (c, _)| m | (1u64 << c))

@@ -65,6 +65,10 @@ fn err(e: JournalError) -> LedgerError {
 }
 
 impl Ledger for LocalLedger {
+    fn protected_paths(&self) -> (Option<PathBuf>, Vec<PathBuf>) {
+        (self.named.then(|| self.dir.clone()), Vec::new())
+    }
+
     fn name(&self) -> String {
         if self.named {
             self.dir.display().to_string()

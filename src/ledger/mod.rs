@@ -135,6 +135,12 @@ pub trait Ledger {
     fn chains(&self) -> Result<Vec<Chain>, LedgerError>;
     /// Whether a runner still holds this attempt (its liveness witness).
     fn attempt_is_live(&self, attempt_id: &str) -> bool;
+    /// The files the runner's trust in this ledger rests on beyond its
+    /// state dir, which the child must not reach: a named ledger directory,
+    /// and the files its credentials come from (CONTRACT §7's reach).
+    fn protected_paths(&self) -> (Option<PathBuf>, Vec<PathBuf>) {
+        (None, Vec::new())
+    }
     /// The directory of a local store (its journal files and checkpoints).
     fn local_dir(&self) -> Option<&Path> {
         None

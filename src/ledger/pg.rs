@@ -341,6 +341,10 @@ impl Ledger for PgLedger {
         self.target.to_string()
     }
 
+    fn protected_paths(&self) -> (Option<PathBuf>, Vec<PathBuf>) {
+        (None, credential_files())
+    }
+
     fn is_named(&self) -> bool {
         true
     }
@@ -617,6 +621,28 @@ fn home() -> Option<PathBuf> {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
+}
+
+/// The files this runner's PostgreSQL credentials come from, as libpq reads
+/// them (`PGPASSFILE` or `~/.pgpass`, `PGSERVICEFILE` or
+/// `~/.pg_service.conf`), where they exist: a child that reads one holds
+/// the ledger's password, and one that rewrites one points later runs at a
+/// ledger of its own.
+pub fn credential_files() -> Vec<PathBuf> {
+    let var_or_home = |var: &str, rel: &str| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home().map(|h| h.join(rel)))
+    };
+    [
+        var_or_home("PGPASSFILE", ".pgpass"),
+        var_or_home("PGSERVICEFILE", ".pg_service.conf"),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|p| p.is_file())
+    .collect()
 }
 
 /// The `[service]` section of `PGSERVICEFILE` (default `~/.pg_service.conf`).

@@ -858,6 +858,22 @@ pub struct Resources {
     pub peak_rss_kib: u64,
 }
 
+/// One channel of the child's reach (see `IsolationReport::reach`).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReachEntry {
+    /// `daemon_socket`, `ledger_dir`, `ledger_credentials`, `runner_signals`.
+    pub channel: String,
+    /// The file, directory or socket (absent for `runner_signals`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Whether the child could use it.
+    pub reachable: bool,
+    /// The mechanism that kept it out of reach, or why it was not.
+    pub how: String,
+}
+
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -908,6 +924,13 @@ pub struct IsolationReport {
     /// Read back from `/proc/<child>/status` right after exec, when the
     /// child was still there to read.
     pub kernel_view: Option<KernelView>,
+    /// What the child could reach on this machine (CONTRACT §7, v1.2):
+    /// one entry per channel the runner's decisions rest on (daemon
+    /// sockets, a named ledger directory, ledger credential files, the
+    /// runner's signals), each out of reach by a named mechanism or in
+    /// reach with the reason. Absent in receipts of earlier releases.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reach: Vec<ReachEntry>,
 }
 
 /// How the lease's `max_processes` was enforced on this run.

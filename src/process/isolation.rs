@@ -22,7 +22,7 @@ use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{getegid, geteuid};
 
 use crate::gate::reach;
-use crate::model::{IsolationReport, IsolationRequest};
+use crate::model::{IsolationReport, IsolationRequest, ReachEntry};
 use crate::os::sys::{self, ChildCreds, MountPlan, SocketFilter};
 
 pub struct Prepared {
@@ -46,10 +46,15 @@ pub struct Prepared {
     pub key_landlocked: Option<Result<String, String>>,
 }
 
-/// What the runner must keep from the child: its key and its state dir.
+/// What the runner must keep from the child: its key and its state dir, and
+/// every other file its decisions rest on — the directory a lease's
+/// `--ledger DIR` names (its uses, revocations, unknown outcomes) and the
+/// files a PostgreSQL ledger's credentials come from.
 pub struct Protect<'a> {
     pub key: &'a Path,
     pub state_dir: &'a Path,
+    pub ledger_dir: Option<&'a Path>,
+    pub credentials: &'a [PathBuf],
 }
 
 /// Whether the lease asks for any isolation option of §7.
@@ -317,6 +322,9 @@ pub fn prepare(
     // directly, through a user namespace, or (--no-network only) a seccomp
     // socket filter.
     let ns = enter_namespaces(req.no_network, req.pid_namespace)?;
+    // The daemons this child could ask to act for it, found before the
+    // mount namespace is planned (it covers them).
+    let sockets = reach::daemon_sockets(child_uid, euid, &[]);
     // A root runner under isolation gives the child its own mount namespace
     // (the child is root until it drops to --as-user, and a uid-0 child stays
     // root): the runner's key and state dir, cgroupfs and host devices are
@@ -337,7 +345,7 @@ pub fn prepare(
     // key was covered by nothing but file modes).
     let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
         if can_mount {
-            let (plan, covered) = mount_plan(req, writable, protect)
+            let (plan, covered) = mount_plan(req, writable, protect, &sockets)
                 .map_err(|e| unavailable("isolation for a root child", e))?;
             sys::probe_mounts(&plan).map_err(|e| {
                 unavailable(
@@ -379,7 +387,13 @@ pub fn prepare(
                         "the kernel offers no Landlock to deny the child the key".to_string(),
                     )),
                 ),
-                Some(abi) => match guard_ruleset(abi, writable, protect, root_child) {
+                Some(abi) => match guard_ruleset(
+                    abi,
+                    writable,
+                    protect,
+                    root_child,
+                    ns.net == Some(NetMechanism::Seccomp),
+                ) {
                     Ok((fd, how)) => (
                         Some(fd),
                         AccessFs::from_all(ABI::from(abi as i32)).bits(),
@@ -392,6 +406,29 @@ pub fn prepare(
             (None, 0, None)
         };
 
+    let ids = reach::ChildIds {
+        uid: child_uid,
+        gid: child_gid,
+        groups: if creds.is_some() {
+            Vec::new()
+        } else {
+            nix::unistd::getgroups()
+                .map(|g| g.iter().map(|g| g.as_raw()).collect())
+                .unwrap_or_default()
+        },
+        // Full root, and an isolated root child (ROOT_KEEP has it).
+        dac_override: child_uid == 0 && creds.is_none(),
+    };
+    let guarded = landlock_guard_fd.is_some();
+    let reach = reach_entries(&ReachInputs {
+        ids: &ids,
+        runner_uid: euid,
+        sockets: &sockets,
+        protect,
+        plan: mounts.as_ref(),
+        guard: guarded.then(|| sys::landlock_abi_version().unwrap_or(0)),
+        pid_namespace: req.pid_namespace,
+    });
     let report = IsolationReport {
         boundary: boundary_text(req, child_uid, Some(mounts.is_some()), ns.net),
         os_sandbox: any_isolation(req),
@@ -422,6 +459,7 @@ pub fn prepare(
         mount_namespace: mounts.is_some(),
         proc_remounted: mounts.as_ref().is_some_and(|m| m.fresh_proc),
         kernel_view: None,
+        reach,
     };
     Ok(Prepared {
         creds,
@@ -435,6 +473,157 @@ pub fn prepare(
         landlock_guard_fd,
         key_landlocked,
     })
+}
+
+/// What [`reach_entries`] decides from.
+struct ReachInputs<'a> {
+    ids: &'a reach::ChildIds,
+    runner_uid: u32,
+    sockets: &'a [(PathBuf, String)],
+    protect: &'a Protect<'a>,
+    /// The child's own mount namespace, when it gets one.
+    plan: Option<&'a MountPlan>,
+    /// The Landlock guard's ABI, when the child gets the guard.
+    guard: Option<i64>,
+    pid_namespace: bool,
+}
+
+/// Whether every path of `path` in this mount namespace is covered in the
+/// child's (a file by `/dev/null`, a directory by an empty tmpfs).
+fn covered(plan: Option<&MountPlan>, path: &Path, dir: bool) -> bool {
+    let Some(plan) = plan else { return false };
+    let aliases = reach::aliases(path, &reach::mounts()).unwrap_or_default();
+    let set = if dir {
+        &plan.cover_dirs
+    } else {
+        &plan.cover_files
+    };
+    !aliases.is_empty()
+        && aliases
+            .iter()
+            .all(|a| cstr(a).is_ok_and(|c| set.contains(&c)))
+}
+
+/// The child's reach, channel by channel: covered, denied, or reachable and
+/// why. `run` reads these to decide what the receipt may claim (a reachable
+/// daemon socket means the key is in reach and the cleanup evadable).
+fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
+    let ids = inp.ids;
+    let who = ids.describe();
+    let entry = |channel: &str, path: Option<&Path>, reachable: bool, how: String| ReachEntry {
+        channel: channel.into(),
+        path: path.map(|p| p.display().to_string()),
+        reachable,
+        how,
+    };
+    let mut out = Vec::new();
+    for (sock, daemon) in inp.sockets {
+        let Ok(meta) = std::fs::metadata(sock) else {
+            continue;
+        };
+        let e = if covered(inp.plan, sock, false) {
+            entry(
+                "daemon_socket",
+                Some(sock),
+                false,
+                format!("{daemon}: covered by /dev/null in the child's mount namespace"),
+            )
+        } else if ids.may(&meta, 2) {
+            entry("daemon_socket", Some(sock), true, format!(
+                "{daemon}: the child ({who}) may connect ({}); the daemon can read the runner key and start processes outside every witness of this run",
+                reach::mode_text(&meta)
+            ))
+        } else {
+            entry(
+                "daemon_socket",
+                Some(sock),
+                false,
+                format!(
+                    "{daemon}: file modes ({}) deny the child ({who}) a connection",
+                    reach::mode_text(&meta)
+                ),
+            )
+        };
+        out.push(e);
+    }
+    let files = inp
+        .protect
+        .ledger_dir
+        .map(|d| ("ledger_dir", d, true))
+        .into_iter()
+        .chain(
+            inp.protect
+                .credentials
+                .iter()
+                .map(|f| ("ledger_credentials", f.as_path(), false)),
+        );
+    for (channel, path, dir) in files {
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        let e = if covered(inp.plan, path, dir) {
+            entry(
+                channel,
+                Some(path),
+                false,
+                "covered in the child's mount namespace".into(),
+            )
+        } else if let Some(abi) = inp.guard {
+            entry(
+                channel,
+                Some(path),
+                false,
+                format!("the Landlock guard (ABI {abi}) denies it"),
+            )
+        } else if ids.may(&meta, if dir { 3 } else { 4 }) {
+            entry(
+                channel,
+                Some(path),
+                true,
+                format!(
+                    "the child ({who}) may {} it ({})",
+                    if dir { "write" } else { "read" },
+                    reach::mode_text(&meta)
+                ),
+            )
+        } else {
+            entry(
+                channel,
+                Some(path),
+                false,
+                format!(
+                    "file modes ({}) deny the child ({who})",
+                    reach::mode_text(&meta)
+                ),
+            )
+        };
+        out.push(e);
+    }
+    let (reachable, how) = if inp.pid_namespace {
+        (
+            false,
+            "the child is in its own PID namespace, where the runner has no pid".to_string(),
+        )
+    } else if let Some(abi) = inp.guard.filter(|abi| *abi >= 6) {
+        (
+            false,
+            format!("Landlock (ABI {abi}) scopes the child's signals to its own processes"),
+        )
+    } else if ids.uid != inp.runner_uid && !(ids.uid == 0 && ids.dac_override) {
+        (
+            false,
+            format!(
+                "the child runs as uid {} without CAP_KILL, the runner as uid {}",
+                ids.uid, inp.runner_uid
+            ),
+        )
+    } else {
+        (true, format!(
+            "the child ({who}) may signal the runner: a SIGSTOP would stop the wall time and cancellation from being enforced"
+        ))
+    };
+    out.push(entry("runner_signals", None, reachable, how));
+    out
 }
 
 /// A block device node under `/dev` (or `/dev/mapper`) this process can open
@@ -462,6 +651,7 @@ fn guard_ruleset(
     writable: &[PathBuf],
     protect: &Protect<'_>,
     root_child: bool,
+    seccomp_network: bool,
 ) -> Result<(OwnedFd, String), String> {
     let mounts = reach::mounts();
     let key_paths = reach::aliases(protect.key, &mounts)
@@ -482,8 +672,14 @@ fn guard_ruleset(
         ));
     }
     let mut protected = key_paths.clone();
-    if let Ok(a) = reach::aliases(protect.state_dir, &mounts) {
-        protected.extend(a);
+    for p in [Some(protect.state_dir), protect.ledger_dir]
+        .into_iter()
+        .flatten()
+        .chain(protect.credentials.iter().map(PathBuf::as_path))
+    {
+        if let Ok(a) = reach::aliases(p, &mounts) {
+            protected.extend(a);
+        }
     }
     for w in writable {
         if protected
@@ -502,9 +698,22 @@ fn guard_ruleset(
         .collect();
     let abi_v = ABI::from(abi as i32);
     let all = AccessFs::from_all(abi_v);
+    // ABI 6 scopes: the child may not signal a process outside its domain
+    // (a SIGSTOP'd runner enforces no wall time and no cancellation), and
+    // under the seccomp form of --no-network (no network namespace) it may
+    // not connect to the host's abstract unix sockets (a local proxy).
+    let mut scopes = landlock::BitFlags::<landlock::Scope>::empty();
+    if abi >= 6 {
+        scopes |= landlock::Scope::Signal;
+        if seccomp_network {
+            scopes |= landlock::Scope::AbstractUnixSocket;
+        }
+    }
     let mut created = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(all)
+        .map_err(|e| e.to_string())?
+        .scope(scopes)
         .map_err(|e| e.to_string())?
         .create()
         .map_err(|e| e.to_string())?;
@@ -563,6 +772,7 @@ fn mount_plan(
     req: &IsolationRequest,
     writable: &[PathBuf],
     protect: &Protect<'_>,
+    sockets: &[(PathBuf, String)],
 ) -> Result<(MountPlan, Result<String, String>), String> {
     let mounts = reach::mounts();
     let mut plan = MountPlan {
@@ -584,12 +794,30 @@ fn mount_plan(
             ))
         };
     }
+    // Daemon sockets and credential files: `/dev/null` over every path.
+    let files = sockets
+        .iter()
+        .map(|(p, _)| p.as_path())
+        .chain(protect.credentials.iter().map(PathBuf::as_path));
+    for f in files {
+        for a in reach::aliases(f, &mounts).unwrap_or_default() {
+            let c = cstr(&a)?;
+            if !plan.cover_files.contains(&c) {
+                plan.cover_files.push(c);
+            }
+        }
+    }
     let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Ok(aliases) = reach::aliases(protect.state_dir, &mounts) {
-        // Never cover what the child must use (a workspace inside the state dir).
-        for a in aliases {
-            if !writable.iter().any(|w| w.starts_with(&a)) {
-                dirs.push(a);
+    for d in [Some(protect.state_dir), protect.ledger_dir]
+        .into_iter()
+        .flatten()
+    {
+        if let Ok(aliases) = reach::aliases(d, &mounts) {
+            // Never cover what the child must use (a workspace inside the state dir).
+            for a in aliases {
+                if !writable.iter().any(|w| w.starts_with(&a)) && !dirs.contains(&a) {
+                    dirs.push(a);
+                }
             }
         }
     }

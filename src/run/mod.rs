@@ -449,11 +449,38 @@ fn signing_report(
     } else {
         (true, format!("the child runs as uid {child_uid} without capabilities; the key file is owned by uid {owner} with mode {:o}", mode & 0o777))
     };
+    // The key is only as far out of reach as every channel to it: a daemon
+    // socket (the daemon reads the key for the child), a ledger the child
+    // can rewrite or whose credentials it can read.
+    let (out_of_reach, why) = match reachable(
+        prepared,
+        &["daemon_socket", "ledger_dir", "ledger_credentials"],
+    ) {
+        Some(channel) if out_of_reach => (false, format!("{why}; but {channel}")),
+        _ => (out_of_reach, why),
+    };
     SigningReport {
         keyid,
         key_out_of_child_reach: out_of_reach,
         why,
     }
+}
+
+/// The first channel of `channels` the child could reach, in words.
+fn reachable(prepared: &isolation::Prepared, channels: &[&str]) -> Option<String> {
+    prepared
+        .report
+        .reach
+        .iter()
+        .find(|r| r.reachable && channels.contains(&r.channel.as_str()))
+        .map(|r| {
+            format!(
+                "the child could reach {} {}: {}",
+                r.channel.replace('_', " "),
+                r.path.as_deref().unwrap_or(""),
+                r.how
+            )
+        })
 }
 
 /// A uid-0 child under isolation with its Landlock guard in place (no
@@ -476,7 +503,11 @@ fn cleanup_witness(
         witness.push("pid_namespace".into());
     }
     let full_root = prepared.report.uid == 0 && prepared.report.capabilities_kept.is_none();
-    if full_root {
+    if let Some(socket) = reachable(prepared, &["daemon_socket"]) {
+        // A daemon starts processes that are not the child's descendants,
+        // outside the run's cgroups and namespaces: no witness sees them.
+        (witness, true, socket)
+    } else if full_root {
         (
             witness,
             true,
@@ -771,9 +802,12 @@ fn execute(
         scratch.home.clone(),
         scratch.tmp.clone(),
     ];
+    let (ledger_dir, credentials) = led.protected_paths();
     let protect = isolation::Protect {
         key: &key_path,
         state_dir,
+        ledger_dir: ledger_dir.as_deref(),
+        credentials: &credentials,
     };
     let mut prepared = match isolation::prepare(&body.isolation, &writable, &protect) {
         Ok(p) => p,

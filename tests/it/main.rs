@@ -27,6 +27,7 @@ mod outcomes;
 mod output;
 mod pipeline;
 mod portable;
+mod reach;
 mod rootchild;
 mod speed;
 mod supervision;
