@@ -82,7 +82,7 @@ pub fn seal(stmt: &Statement, key: Option<&SigningKey>) -> (Envelope, String) {
 pub const MAX_RECEIPT_BYTES: u64 = 64 * 1024 * 1024;
 
 pub fn read_envelope(path: &Path) -> Result<Envelope, String> {
-    let bytes = crate::ledger::journal::read_bounded(path, MAX_RECEIPT_BYTES)
+    let bytes = crate::os::safe_io::read_bounded(path, MAX_RECEIPT_BYTES)
         .map_err(|e| format!("receipt {}: {e}", path.display()))?;
     parse_json(&format!("receipt {}", path.display()), &bytes)
 }

@@ -58,12 +58,11 @@ pub fn keyid(key: &VerifyingKey) -> String {
 pub const MAX_KEY_BYTES: u64 = 64 * 1024;
 
 fn read_pem(path: &Path) -> Result<String, KeyError> {
-    let bytes = crate::ledger::journal::read_bounded(path, MAX_KEY_BYTES).map_err(|source| {
-        KeyError::Read {
+    let bytes =
+        crate::os::safe_io::read_bounded(path, MAX_KEY_BYTES).map_err(|source| KeyError::Read {
             path: path.display().to_string(),
             source,
-        }
-    })?;
+        })?;
     String::from_utf8(bytes).map_err(|e| KeyError::Read {
         path: path.display().to_string(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),

@@ -68,11 +68,9 @@ pub fn verify(
         (s, l) => Some(crate::ledger::from_flags(l, s)?),
     };
     let trust = sign::load_verifying_key(trust_path).map_err(|e| e.to_string())?;
-    let bytes = crate::ledger::journal::read_bounded(
-        receipt_path,
-        crate::evidence::receipt::MAX_RECEIPT_BYTES,
-    )
-    .map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
+    let bytes =
+        crate::os::safe_io::read_bounded(receipt_path, crate::evidence::receipt::MAX_RECEIPT_BYTES)
+            .map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
     // A file that is not a receipt at all (not JSON, not an envelope of the
     // closed shape, or a statement the trusted key signed that this version
     // cannot read) is bad input, exit 2, naming what is wrong; a receipt

@@ -47,7 +47,7 @@ pub fn signature_valid(lease: &Lease, trust: &VerifyingKey) -> bool {
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
 
 pub fn load_manifest(path: &Path) -> Result<Manifest, String> {
-    let bytes = crate::ledger::journal::read_bounded(path, MAX_MANIFEST_BYTES)
+    let bytes = crate::os::safe_io::read_bounded(path, MAX_MANIFEST_BYTES)
         .map_err(|e| format!("manifest {}: {e}", path.display()))?;
     parse_manifest(path, &bytes)
 }

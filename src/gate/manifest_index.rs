@@ -131,7 +131,8 @@ pub fn load_for(path: &Path, state_dir: &Path, selection: &Selection) -> Result<
             });
         }
     }
-    let bytes = journal::read_bounded_from(&mut file, MAX_MANIFEST_BYTES).map_err(failed)?;
+    let bytes =
+        crate::os::safe_io::read_bounded_from(&mut file, MAX_MANIFEST_BYTES).map_err(failed)?;
     let manifest = lease::parse_manifest(path, &bytes)?;
     let index = at.and_then(|at| {
         let unchanged = file.metadata().is_ok_and(|m| stamp(&m) == stamp(&before));
@@ -347,7 +348,7 @@ fn through_index(
     at: &Path,
     selection: &Selection,
 ) -> Option<Manifest> {
-    let bytes = journal::read_bounded(at, MAX_INDEX_BYTES).ok()?;
+    let bytes = crate::os::safe_io::read_bounded(at, MAX_INDEX_BYTES).ok()?;
     let text = std::str::from_utf8(&bytes).ok()?;
     let mac_at = text.rfind("mac ")?;
     let (body, mac_line) = text.split_at(mac_at);

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -339,7 +339,7 @@ fn checkpoint_key_path(state_dir: &Path) -> PathBuf {
 }
 
 fn read_checkpoint_key(state_dir: &Path) -> Option<[u8; 32]> {
-    let b = read_bounded(&checkpoint_key_path(state_dir), 64).ok()?;
+    let b = crate::os::safe_io::read_bounded(&checkpoint_key_path(state_dir), 64).ok()?;
     b.try_into().ok()
 }
 
@@ -372,27 +372,6 @@ pub fn state_mac_key(state_dir: &Path) -> Option<[u8; 32]> {
 /// [`state_mac_key`] if it exists; never creates it.
 pub fn existing_state_mac_key(state_dir: &Path) -> Option<[u8; 32]> {
     read_checkpoint_key(state_dir)
-}
-
-/// Read a whole input file, refusing one larger than `max` bytes. It is
-/// opened as `safe_io::open_input` does: non-blocking, and it must be a
-/// regular file (a FIFO or device never blocks or streams forever), unless
-/// it is the caller's own pipe (`/dev/fd/N`, process substitution).
-pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    read_bounded_from(crate::os::safe_io::open_input(path)?, max)
-}
-
-/// [`read_bounded`] from a file already open (read from its offset on).
-pub fn read_bounded_from(f: impl Read, max: u64) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    f.take(max.saturating_add(1)).read_to_end(&mut out)?;
-    if out.len() as u64 > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than the {max}-byte bound"),
-        ));
-    }
-    Ok(out)
 }
 
 /// Proof that an attempt's `executing` record is durable (written and
@@ -713,7 +692,9 @@ fn load_checkpoint(
     file: &File,
     file_len: u64,
 ) -> Result<Option<Checkpoint>, (usize, String)> {
-    let Some(raw) = read_bounded(&checkpoint_path(journal), MAX_CHECKPOINT_BYTES).ok() else {
+    let Some(raw) =
+        crate::os::safe_io::read_bounded(&checkpoint_path(journal), MAX_CHECKPOINT_BYTES).ok()
+    else {
         return Ok(None);
     };
     let Ok(cp) = serde_json::from_slice::<Checkpoint>(&raw) else {
@@ -1234,7 +1215,7 @@ pub fn invariant_violations(entries: &[Entry]) -> Vec<String> {
 
 fn check_checkpoint(path: &Path, bytes: &[u8], entries: &[Entry], a: &mut Audit) {
     let cp_path = checkpoint_path(path);
-    let raw = match read_bounded(&cp_path, MAX_CHECKPOINT_BYTES) {
+    let raw = match crate::os::safe_io::read_bounded(&cp_path, MAX_CHECKPOINT_BYTES) {
         Ok(r) => r,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
         Err(e) => {

@@ -38,7 +38,7 @@ impl LoadedGoal {
 pub const MAX_GOAL_BYTES: u64 = 1024 * 1024;
 
 pub fn load(path: &Path) -> Result<LoadedGoal, String> {
-    let bytes = crate::ledger::journal::read_bounded(path, MAX_GOAL_BYTES)
+    let bytes = crate::os::safe_io::read_bounded(path, MAX_GOAL_BYTES)
         .map_err(|e| format!("goal {}: {e}", path.display()))?;
     from_bytes(&format!("goal {}", path.display()), &bytes)
 }

@@ -12,7 +12,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -81,6 +81,27 @@ pub fn open_input(path: &Path) -> io::Result<File> {
         require_regular(&f)?;
     }
     Ok(f)
+}
+
+/// Read a whole input file, refusing one larger than `max` bytes. It is
+/// opened as `safe_io::open_input` does: non-blocking, and it must be a
+/// regular file (a FIFO or device never blocks or streams forever), unless
+/// it is the caller's own pipe (`/dev/fd/N`, process substitution).
+pub fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    read_bounded_from(open_input(path)?, max)
+}
+
+/// [`read_bounded`] from a file already open (read from its offset on).
+pub fn read_bounded_from(f: impl Read, max: u64) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    f.take(max.saturating_add(1)).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than the {max}-byte bound"),
+        ));
+    }
+    Ok(out)
 }
 
 /// `/dev/fd/N` or `/proc/self/fd/N`: a file this process already holds open.

@@ -358,7 +358,7 @@ pub fn read_request(src: &str) -> Result<Request, String> {
         }
         ("request (stdin)".to_string(), b)
     } else {
-        let b = journal::read_bounded(Path::new(src), MAX_REQUEST_BYTES)
+        let b = crate::os::safe_io::read_bounded(Path::new(src), MAX_REQUEST_BYTES)
             .map_err(|e| format!("request {src}: {e}"))?;
         (format!("request {src}"), b)
     };
