@@ -5,6 +5,7 @@
 //! machine) computed before spawn.
 
 pub mod admission;
+pub mod git;
 pub mod identity;
 pub mod lease;
 pub mod manifest_index;

@@ -271,69 +271,6 @@ pub fn revoke(l: &dyn Ledger, goal_id: &str, lease_id: &str, by: &str) -> Result
     s.commit()
 }
 
-/// Read a git checkout's HEAD from `workspace/.git` without running git:
-/// `.git` as a directory or a `gitdir:` file (worktrees), HEAD as a ref
-/// (loose under the common dir, else `packed-refs`) or a detached commit.
-pub fn git_head(workspace: &Path) -> Option<crate::model::GitCheckout> {
-    let dot = workspace.join(".git");
-    let meta = std::fs::symlink_metadata(&dot).ok()?;
-    let gitdir = if meta.is_dir() {
-        dot
-    } else {
-        let text = std::fs::read_to_string(&dot).ok()?;
-        let rel = text.trim().strip_prefix("gitdir:")?.trim();
-        let p = Path::new(rel);
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            workspace.join(p)
-        }
-    };
-    let common = std::fs::read_to_string(gitdir.join("commondir"))
-        .ok()
-        .map(|c| {
-            let p = Path::new(c.trim());
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                gitdir.join(p)
-            }
-        })
-        .unwrap_or_else(|| gitdir.clone());
-    let head = std::fs::read_to_string(gitdir.join("HEAD")).ok()?;
-    let head = head.trim();
-    let is_hex =
-        |s: &str| (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit());
-    let Some(name) = head.strip_prefix("ref:").map(str::trim) else {
-        return is_hex(head).then(|| crate::model::GitCheckout {
-            head: head.to_string(),
-            head_ref: None,
-        });
-    };
-    if !name.starts_with("refs/") || name.split('/').any(|c| c == ".." || c.is_empty()) {
-        return None;
-    }
-    let loose = [gitdir.join(name), common.join(name)]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .map(|s| s.trim().to_string())
-        .filter(|s| is_hex(s));
-    let packed = || {
-        let text = std::fs::read_to_string(common.join("packed-refs")).ok()?;
-        text.lines()
-            .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
-            .find_map(|l| {
-                let (sha, r) = l.split_once(' ')?;
-                (r.trim() == name && is_hex(sha)).then(|| sha.to_string())
-            })
-    };
-    let commit = loose.or_else(packed)?;
-    Some(crate::model::GitCheckout {
-        head: commit,
-        head_ref: Some(name.to_string()),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,31 +291,5 @@ mod tests {
             LedgerSpec::parse("postgres://[::1]/l").unwrap(),
             LedgerSpec::Postgres(pg::PgTarget::parse("postgres://[::1]:5432/l").unwrap())
         );
-    }
-
-    #[test]
-    fn git_head_reads_loose_packed_and_detached() {
-        let d = tempfile::tempdir().unwrap();
-        let git = d.path().join(".git");
-        std::fs::create_dir_all(git.join("refs/heads")).unwrap();
-        let a = "a".repeat(40);
-        let b = "b".repeat(40);
-        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
-        std::fs::write(
-            git.join("packed-refs"),
-            format!("# pack-refs\n{b} refs/heads/main\n"),
-        )
-        .unwrap();
-        assert_eq!(git_head(d.path()).unwrap().head, b);
-        std::fs::write(git.join("refs/heads/main"), format!("{a}\n")).unwrap();
-        let h = git_head(d.path()).unwrap();
-        assert_eq!(
-            (h.head, h.head_ref.as_deref()),
-            (a.clone(), Some("refs/heads/main"))
-        );
-        std::fs::write(git.join("HEAD"), format!("{b}\n")).unwrap();
-        assert_eq!(git_head(d.path()).unwrap().head_ref, None);
-        std::fs::write(git.join("HEAD"), "ref: refs/../../etc\n").unwrap();
-        assert!(git_head(d.path()).is_none());
     }
 }

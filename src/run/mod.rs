@@ -797,6 +797,13 @@ fn execute(
     // The workspace this run is in: the lease's (machine binding) or the
     // one `run` was pointed at (portable).
     let workspace_path = PathBuf::from(&admitted.workspace.identity.path);
+    // A portable receipt's git HEAD is read now, before the child exists:
+    // the child cannot choose the commit its receipt attests.
+    let workspace_git = body
+        .portable
+        .is_some()
+        .then(|| crate::gate::git::head(&workspace_path))
+        .flatten();
     let writable = vec![
         workspace_path.clone(),
         scratch.home.clone(),
@@ -967,9 +974,7 @@ fn execute(
     receipt_body.workspace = Some(workspace_path.display().to_string());
     receipt_body.binding = Some(body.binding);
     receipt_body.ledger = Some(led.name());
-    if body.portable.is_some() {
-        receipt_body.workspace_git = ledger::git_head(&workspace_path);
-    }
+    receipt_body.workspace_git = workspace_git;
     receipt_body.command = Some(admitted.exe.identity.clone());
     receipt_body.cwd = Some(admitted.cwd.identity.clone());
     receipt_body.limits = Some(*l);

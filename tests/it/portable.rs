@@ -220,3 +220,57 @@ fn a_local_ledger_the_lease_names_counts_uses_across_state_dirs_and_keeps_revoca
     let r = finish_run(output(run_cmd_with(files, &[], &["sh", "-c", "echo many"])));
     r.assert_refused("lease_revoked");
 }
+
+/// The receipt's `workspace_git` was read after the child ran, so the child
+/// chose the commit a verified receipt attests; and a `.git/HEAD` it left as
+/// a FIFO hung the next runner (issue 18, findings 4 and 5).
+#[test]
+fn the_child_neither_chooses_the_attested_commit_nor_hangs_the_next_run_through_dot_git() {
+    let e = Env::new();
+    if !git(&e.ws, &["init", "-q"]) {
+        skip!("git is not installed: the workspace_git test needs it");
+        return;
+    }
+    let forged = "f".repeat(40);
+    e.write_script(
+        "step.sh",
+        &format!(
+            "#!/bin/sh\ncase \"$1\" in\n  forge) echo {forged} > .git/HEAD ;;\n  fifo) rm -f .git/HEAD; mkfifo .git/HEAD ;;\nesac\n"
+        ),
+    );
+    assert!(git(&e.ws, &["add", "-A"]) && git(&e.ws, &["commit", "-qm", "init"]));
+    let real = Command::new("git")
+        .current_dir(&e.ws)
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .unwrap();
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+    let ws = e.ws.to_str().unwrap();
+    e.approve(&["--portable", "--uses", "3"], &["./step.sh", "forge"]);
+    e.approve(&["--portable", "--uses", "3"], &["./step.sh", "fifo"]);
+    e.approve(&["--portable", "--uses", "3"], &["./step.sh", "noop"]);
+
+    let r = e.run(&["--workspace", ws], &["./step.sh", "forge"]);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(r.predicate()["workspace_git"]["head"], real.as_str());
+
+    let r = e.run(&["--workspace", ws], &["./step.sh", "fifo"]);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    // The next run meets the FIFO before spawn: no hang, no workspace_git.
+    let mut c = e.run_cmd(&["--workspace", ws], &["./step.sh", "noop"]);
+    let child = c
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let o = child.wait_with_output().unwrap();
+    assert!(start.elapsed() < std::time::Duration::from_secs(60));
+    let r = finish_run(o);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert!(
+        r.predicate()["workspace_git"].is_null(),
+        "{}",
+        r.predicate()["workspace_git"]
+    );
+}
