@@ -289,16 +289,23 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
             "lease {id}: its content does not match its fingerprint, or the fingerprint is not signed by the trusted approver key"
         ));
     }
-    if ctx.manifest.revocations.iter().any(|r| &r.lease_id == id)
-        || ctx.ledger.summary().revoked.contains(id)
-    {
-        return refuse(1, Reason::LeaseRevoked, format!("lease {id} was revoked"));
-    }
+    // A supersession the manifest knows is named as such; the ledger also
+    // holds it (as a revocation) once the replacement has run there, for
+    // an older copy of the manifest that does not know it.
     if let Some(by) = superseded_by(ctx.manifest, id) {
         return refuse(
             1,
             Reason::LeaseRevoked,
             format!("lease {id} was superseded by lease {by}, approved later for the same request"),
+        );
+    }
+    if ctx.manifest.revocations.iter().any(|r| &r.lease_id == id)
+        || ctx.ledger.summary().revoked.contains(id)
+    {
+        return refuse(
+            1,
+            Reason::LeaseRevoked,
+            format!("lease {id} was revoked, or superseded by a lease that has run in this ledger"),
         );
     }
     let want = ctx.goal.reference();

@@ -706,7 +706,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         Ok(l) => l,
         Err(e) => return refuse_early(&draft, RunError::LedgerName(e).into()),
     };
-    let session = match led.open_goal(&goal.goal.id) {
+    let mut session = match led.open_goal(&goal.goal.id) {
         Ok(s) => s,
         Err(e) => return draft.refuse(ledger_refusal(&*led, e)),
     };
@@ -724,6 +724,25 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
             return draft.refuse(r);
         }
     };
+    // The leases this one superseded are revoked where its uses are
+    // counted, in the same transaction as its executing record: an old copy
+    // of the manifest (which does not know of the supersession) cannot
+    // bring one of them back in this ledger.
+    let unrecorded: Vec<_> = manifest
+        .superseded
+        .iter()
+        .filter(|s| s.by_lease == admitted.lease.body.lease_id)
+        .filter(|s| !session.summary().revoked.contains(&s.lease_id))
+        .collect();
+    for s in unrecorded {
+        let event = Event::Revocation {
+            lease_id: s.lease_id.clone(),
+            by: format!("superseded by lease {}", s.by_lease),
+        };
+        if let Err(e) = session.append(event) {
+            return draft.refuse(ledger_refusal(&*led, e));
+        }
+    }
     draft.request = Some(admitted.lease.body.request.clone());
     let ended = execute(
         draft,

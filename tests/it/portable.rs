@@ -274,3 +274,33 @@ fn the_child_neither_chooses_the_attested_commit_nor_hangs_the_next_run_through_
         r.predicate()["workspace_git"]
     );
 }
+
+/// A superseded lease ran again from an old copy of the manifest, in the
+/// very state dir that ran its replacement: the supersession lived only in
+/// the manifest (issue 18, finding 6). Now the replacement's first run
+/// records it where uses are counted, as a revocation is.
+#[test]
+fn an_old_manifest_copy_cannot_bring_back_a_superseded_lease() {
+    let e = Env::new();
+    let cmd_line = ["sh", "-c", "echo hi"];
+    let first = e.approve(&["--uses", "5"], &cmd_line);
+    let old_copy = e.path("manifest-old.json");
+    std::fs::copy(&e.manifest, &old_copy).unwrap();
+    let second = e.approve(&["--uses", "5"], &cmd_line);
+    let r = e.run(&[], &cmd_line);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(r.predicate()["lease"]["id"], second.as_str());
+
+    let files = RunFiles {
+        manifest: &old_copy,
+        ..e.files()
+    };
+    let r = finish_run(output(run_cmd_with(files, &[], &cmd_line)));
+    r.assert_refused("lease_revoked");
+    assert_eq!(r.predicate()["lease"]["id"], first.as_str());
+    assert!(
+        r.stderr.contains(&format!("superseded by lease {second}")) || r.stderr.contains("revoked"),
+        "{}",
+        r.stderr
+    );
+}
