@@ -45,6 +45,13 @@ pub enum JournalError {
         #[source]
         source: std::io::Error,
     },
+    /// The Goal's lock stayed held by another runner, or a cancelling
+    /// signal arrived while waiting for it.
+    #[error("journal {path} is locked: {end}")]
+    LockWait {
+        path: String,
+        end: crate::os::wait::WaitEnd,
+    },
     #[error("journal {path} is corrupt at line {line}: {detail}")]
     Corrupt {
         path: String,
@@ -374,6 +381,34 @@ pub fn existing_state_mac_key(state_dir: &Path) -> Option<[u8; 32]> {
     read_checkpoint_key(state_dir)
 }
 
+/// The Goal's exclusive lock, waited for within the bound and only while no
+/// cancelling signal is pending (`os::wait`).
+fn lock_goal_file(file: File, path: &Path) -> Result<Flock<File>, JournalError> {
+    let mut slot = Some(file);
+    crate::os::wait::bounded(
+        crate::os::wait::lock_wait_bound(),
+        || {
+            let Some(f) = slot.take() else {
+                return Err(unavailable(path)(std::io::Error::other(
+                    "lost the journal's fd",
+                )));
+            };
+            match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                Ok(l) => Ok(Some(l)),
+                Err((f, nix::errno::Errno::EWOULDBLOCK)) => {
+                    slot = Some(f);
+                    Ok(None)
+                }
+                Err((_, e)) => Err(unavailable(path)(e.into())),
+            }
+        },
+        |end| JournalError::LockWait {
+            path: path.display().to_string(),
+            end,
+        },
+    )
+}
+
 /// Proof that an attempt's `executing` record is durable (written and
 /// fsync'd): the only value that lets `supervise::run` spawn, so "spawn
 /// before the record" cannot be written. Only `Journal::commit_executing`
@@ -453,8 +488,7 @@ impl Journal {
             .open(&path)
             .map_err(unavailable(&path))?;
         crate::os::safe_io::require_regular(&file).map_err(unavailable(&path))?;
-        let file = Flock::lock(file, FlockArg::LockExclusive)
-            .map_err(|(_, e)| unavailable(&path)(e.into()))?;
+        let file = lock_goal_file(file, &path)?;
         let size = file.metadata().map_err(unavailable(&path))?.len();
         // Only the tail past a trusted checkpoint is read: the cost of an
         // open does not grow with the journal's history.

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use crate::ledger::journal::{self, AttemptLock, Committed, Event, Journal, JournalError, Summary};
 
+use crate::os::wait::WaitEnd;
+
 use super::{AttemptHold, Chain, GoalSession, Ledger, LedgerError};
 
 pub struct LocalLedger {
@@ -61,6 +63,11 @@ fn err(e: JournalError) -> LedgerError {
     match e {
         JournalError::Corrupt { .. } => LedgerError::Corrupt(e.to_string()),
         JournalError::Unavailable { .. } => LedgerError::Unavailable(e.to_string()),
+        JournalError::LockWait {
+            end: WaitEnd::Cancelled(sig),
+            ..
+        } => LedgerError::Cancelled(sig),
+        JournalError::LockWait { .. } => LedgerError::Unavailable(e.to_string()),
     }
 }
 

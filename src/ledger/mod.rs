@@ -43,6 +43,10 @@ pub enum LedgerError {
     /// A record or chain that does not check out: fail closed.
     #[error("{0}")]
     Corrupt(String),
+    /// A cancelling signal (its number) arrived while waiting for the
+    /// Goal's lock: nothing was spent.
+    #[error("a cancelling signal arrived while waiting for the Goal's lock")]
+    Cancelled(i32),
 }
 
 /// One Goal's chain: a label, and its records or what breaks it.

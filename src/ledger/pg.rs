@@ -171,7 +171,11 @@ impl PgLedger {
             .port(self.target.port)
             .dbname(&self.target.dbname)
             .application_name(env.appname.as_deref().unwrap_or("governed-exec"))
-            .connect_timeout(env.connect_timeout);
+            .connect_timeout(env.connect_timeout)
+            // A peer that vanished mid-transaction is noticed by the client
+            // too (the server side is set per session in `spend`).
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30));
         let user = env.user.clone().unwrap_or_else(os_user);
         cfg.user(&user);
         if let Some(p) = env.password.clone().or_else(|| pgpass(&self.target, &user)) {
@@ -351,20 +355,50 @@ impl Ledger for PgLedger {
 
     fn open_goal(&self, goal_id: &str) -> Result<Box<dyn GoalSession>, LedgerError> {
         let mut c = self.connect()?;
+        let bound = crate::os::wait::lock_wait_bound();
         let begin = |c: &mut Client| -> Result<(), postgres::Error> {
-            c.batch_execute("BEGIN")?;
+            // No statement of this session waits on a lock past the bound.
+            c.batch_execute(&format!(
+                "SET lock_timeout = {}; BEGIN",
+                bound.as_millis().max(1)
+            ))?;
             c.execute(
                 "INSERT INTO governed_exec_goals (goal_id, next_seq, last_digest) VALUES ($1, 0, $2) \
                  ON CONFLICT (goal_id) DO NOTHING",
                 &[&goal_id, &GENESIS],
             )?;
-            c.execute(
-                "SELECT 1 FROM governed_exec_goals WHERE goal_id = $1 FOR UPDATE",
-                &[&goal_id],
-            )?;
             Ok(())
         };
         begin(&mut c).map_err(|e| self.unavailable("lock", e))?;
+        // The Goal's row lock, tried without waiting inside a savepoint: a
+        // runner stalled inside another's lock window is waited for only
+        // within the bound and only while no cancelling signal is pending.
+        crate::os::wait::bounded(
+            bound,
+            || {
+                c.batch_execute("SAVEPOINT goal_lock")
+                    .map_err(|e| self.unavailable("lock", e))?;
+                match c.execute(
+                    "SELECT 1 FROM governed_exec_goals WHERE goal_id = $1 FOR UPDATE NOWAIT",
+                    &[&goal_id],
+                ) {
+                    Ok(_) => Ok(Some(())),
+                    Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
+                        c.batch_execute("ROLLBACK TO SAVEPOINT goal_lock")
+                            .map_err(|e| self.unavailable("lock", e))?;
+                        Ok(None)
+                    }
+                    Err(e) => Err(self.unavailable("lock", e)),
+                }
+            },
+            |end| match end {
+                crate::os::wait::WaitEnd::Cancelled(sig) => LedgerError::Cancelled(sig),
+                timed_out => LedgerError::Unavailable(format!(
+                    "ledger {}: goal {goal_id:?} is locked: {timed_out}",
+                    self.target
+                )),
+            },
+        )?;
         let (next_seq, last, entries) = self.read_chain(&mut c, goal_id)?;
         let summary = Summary::of(&entries);
         let mut live = BTreeSet::new();

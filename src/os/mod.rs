@@ -4,3 +4,4 @@
 
 pub mod safe_io;
 pub mod sys;
+pub mod wait;

@@ -1282,6 +1282,23 @@ pub fn rename_at(
     Ok(())
 }
 
+/// A cancelling signal (SIGTERM, SIGINT, SIGHUP) pending for this process:
+/// blocked and not yet read. Asking does not consume it, so the signalfd
+/// reader still sees it.
+pub fn pending_cancel_signal() -> Option<i32> {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigpending writes a whole sigset_t into memory we own.
+    if unsafe { libc::sigpending(set.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: the successful sigpending above initialised it.
+    let set = unsafe { set.assume_init() };
+    [libc::SIGTERM, libc::SIGINT, libc::SIGHUP]
+        .into_iter()
+        // SAFETY: `set` is an initialised sigset_t; sigismember only reads it.
+        .find(|s| unsafe { libc::sigismember(&set, *s) } == 1)
+}
+
 /// `linkat` within one directory fd: fails with `EEXIST` if `to` exists
 /// (never replaces it, never follows `from` if it is a symlink).
 pub fn link_at(

@@ -256,6 +256,7 @@ fn not_executed(reason: Reason, message: String) -> Outcome {
 fn ledger_refusal(l: &dyn Ledger, e: LedgerError) -> Refusal {
     match e {
         LedgerError::Corrupt(m) => Refusal::new(Reason::JournalCorrupt, m),
+        LedgerError::Cancelled(sig) => RunError::CancelledBeforeSpawn(sig).into(),
         LedgerError::Unavailable(m) if l.is_named() => Refusal::new(Reason::LedgerUnavailable, m),
         LedgerError::Unavailable(m) => Refusal::new(Reason::JournalUnavailable, m),
     }

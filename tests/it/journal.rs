@@ -422,3 +422,54 @@ fn journal_commands_on_a_state_dir_or_ledger_that_is_not_there_are_bad_input() {
     std::fs::create_dir(&fresh).unwrap();
     assert_eq!(journal("--state-dir", &fresh, "verify"), Some(0));
 }
+
+/// Hold the Goal's journal lock as a stalled runner would.
+fn hold_goal_lock(e: &Env) -> nix::fcntl::Flock<std::fs::File> {
+    use sha2::Digest;
+    let name = format!("{}.jsonl", &hex::encode(sha2::Sha256::digest(b"t"))[..32]);
+    let path = e.state.join("journal").join(name);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(&path)
+        .expect("the Goal's journal exists after a first run");
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).expect("flock")
+}
+
+/// A runner stalled inside the Goal's lock window blocked every other run
+/// of the Goal, and the waiting runs ignored SIGTERM (issue 18, finding 7).
+/// The wait is bounded (journal_unavailable, zero spawn) and cancellable
+/// (cancelled_before_spawn, nothing spent).
+#[test]
+fn a_stalled_lock_holder_neither_hangs_nor_deafens_the_next_run() {
+    let e = Env::new();
+    e.approve(&["--uses", "5"], &["sh", "-c", "echo ran >> ran.txt"]);
+    let first = e.run(&[], &["sh", "-c", "echo ran >> ran.txt"]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let held = hold_goal_lock(&e);
+
+    let mut c = e.run_cmd(&[], &["sh", "-c", "echo ran >> ran.txt"]);
+    c.env("GOVERNED_EXEC_LOCK_WAIT", "300ms");
+    let r = finish_run(output(c));
+    r.assert_refused("journal_unavailable");
+    assert!(r.stderr.contains("locked"), "{}", r.stderr);
+
+    let mut c = e.run_cmd(&[], &["sh", "-c", "echo ran >> ran.txt"]);
+    c.env("GOVERNED_EXEC_LOCK_WAIT", "10m");
+    let mut g = RunnerGuard::spawn(c);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    g.signal("TERM");
+    let r = g.finish();
+    r.assert_refused("cancelled_before_spawn");
+
+    drop(held);
+    assert_eq!(
+        std::fs::read_to_string(e.ws.join("ran.txt"))
+            .unwrap_or_default()
+            .lines()
+            .count(),
+        1,
+        "only the first run spawned"
+    );
+    assert_eq!(e.journal_executing_count(), 1, "nothing else was spent");
+}
