@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::cli::args::ApproveCmd;
 use crate::gate::identity::{self, CLEAN_PATH};
 use crate::gate::lease;
 use crate::ledger::LedgerSpec;
@@ -56,6 +57,47 @@ pub struct ApproveArgs {
     pub portable: bool,
     /// `--ledger PATH|postgres://HOST[:PORT]/DB`.
     pub ledger: Option<String>,
+}
+
+impl ApproveArgs {
+    /// `approve`'s flags for one lease (without `--file`).
+    pub fn from_cmd(a: ApproveCmd) -> Result<ApproveArgs, String> {
+        Ok(ApproveArgs {
+            goal: a.goal.ok_or("missing --goal")?,
+            workspace: a.workspace.ok_or("missing --workspace")?,
+            manifest: a.manifest,
+            key: a.key.ok_or("missing --key")?,
+            ttl: a.ttl,
+            uses: a.uses,
+            approver: a.approver,
+            profile: a.profile,
+            cwd: a.cwd,
+            limits: LimitOverrides {
+                wall_time: a.wall_time,
+                kill_grace: a.kill_grace,
+                cancel_grace: a.cancel_grace,
+                cpu_time: a.cpu_time,
+                memory: a.memory,
+                max_processes: a.max_processes,
+                max_open_files: a.max_open_files,
+                max_file_size: a.max_file_size,
+                keep_output: a.keep_output,
+                output_cap: a.output_cap,
+            },
+            env: a.env,
+            as_user: a.as_user,
+            fs_write: a.fs_write,
+            fs_write_scope: a.fs_write_scope,
+            fs_read: a.fs_read,
+            no_network: a.no_network,
+            pid_namespace: a.pid_namespace,
+            max_executable_size: a.max_executable_size,
+            request: a.request,
+            command: a.command,
+            portable: a.portable,
+            ledger: a.ledger,
+        })
+    }
 }
 
 /// The smallest values under which a program can start at all; below them
