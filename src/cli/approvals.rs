@@ -460,7 +460,9 @@ enum Status<'a> {
 /// The fields in which the lease `old` grants something else than the
 /// entry resolved now: `(field, old, new)`. Ids, times and the approver's
 /// name are the act of approving, not what is approved; a portable lease
-/// is compared on what a portable run checks.
+/// is compared on what a portable run checks (the executable's path in
+/// `portable`, mode, size and digest; not this machine's absolute paths,
+/// inodes or timestamps), so a CI job on another runner can check it.
 pub fn differences(
     old: &LeaseBody,
     new: &LeaseBody,
@@ -516,7 +518,14 @@ fn comparable(b: &LeaseBody) -> serde_json::Value {
             for (part, keys) in [
                 (
                     "executable",
-                    &["device", "inode", "mtime_ns", "ctime_ns"][..],
+                    &[
+                        "canonical_path",
+                        "symlink_chain",
+                        "device",
+                        "inode",
+                        "mtime_ns",
+                        "ctime_ns",
+                    ][..],
                 ),
                 ("workspace", &["device", "inode", "creation", "path"][..]),
                 ("cwd", &["device", "inode", "creation", "path"][..]),

@@ -545,3 +545,67 @@ fn prune_revokes_the_leases_no_entry_approves_any_more() {
     assert_eq!(r.code, 125, "{}", r.stderr);
     assert_eq!(check(&e, &after, &[]).status.code(), Some(0));
 }
+
+/// The shipped `ci/approvals.toml`, in a checkout: `--check` without a
+/// manifest lists both steps as new (exit 1), approving the file makes it
+/// agree (exit 0), and an edit of the step script shows as its digest.
+#[test]
+fn the_shipped_ci_approvals_file_approves_and_checks() {
+    let e = Env::new();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let checkout = e.path("checkout");
+    std::fs::create_dir_all(checkout.join("ci")).unwrap();
+    for f in ["approvals.toml", "goal.json", "governed-step.sh"] {
+        std::fs::copy(repo.join("ci").join(f), checkout.join("ci").join(f)).unwrap();
+    }
+    let file = checkout.join("ci/approvals.toml");
+    let manifest = checkout.join("ci/manifest.json");
+    let with = |flags: &[&str]| {
+        let mut c = cmd();
+        c.arg("approve")
+            .arg("--file")
+            .arg(&file)
+            .arg("--manifest")
+            .arg(&manifest)
+            .args(flags);
+        output(c)
+    };
+    let c = with(&["--check"]);
+    assert_eq!(c.status.code(), Some(1), "{}", text(&c.stderr));
+    let starting = |out: &str, word: &str| out.lines().filter(|l| l.starts_with(word)).count();
+    assert_eq!(starting(&text(&c.stdout), "new "), 2, "{}", text(&c.stdout));
+    let o = with(&["--key", e.key.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let m: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    let bodies: Vec<&Value> = m["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| &l["body"])
+        .collect();
+    assert_eq!(bodies.len(), 2);
+    assert!(bodies
+        .iter()
+        .all(|b| b["binding"] == "portable" && b["max_uses"] == 500));
+    assert_eq!(bodies[1]["isolation"]["as_user"]["uid"], 1000);
+    let c = with(&["--check", "--format", "markdown"]);
+    assert_eq!(c.status.code(), Some(0), "{}", text(&c.stdout));
+    assert!(text(&c.stdout).starts_with("### Approvals: agree"));
+    // A change to the step script is a change of what is approved.
+    let script = checkout.join("ci/governed-step.sh");
+    let old_sha = sha256_of(&script);
+    let mut body = std::fs::read(&script).unwrap();
+    body.extend_from_slice(b"# edited\n");
+    std::fs::write(&script, body).unwrap();
+    let c = with(&["--check"]);
+    let out = text(&c.stdout);
+    assert_eq!(c.status.code(), Some(1), "{out}");
+    assert_eq!(starting(&out, "changed "), 2, "{out}");
+    assert!(
+        out.contains(&format!(
+            "portable.sha256: \"{old_sha}\" → \"{}\"",
+            sha256_of(&script)
+        )),
+        "{out}"
+    );
+}
