@@ -197,9 +197,18 @@ fn entry_args(
             entry.as_ref().or(top.as_ref()),
             flag,
         ) {
-            (Some(_), Some(_)) => Err(format!(
-                "`{key}` is named both in the file and by --{key}; keep one"
-            )),
+            // Both may name it only when they name the same thing.
+            (Some(p), Some(flag)) => {
+                let in_file = from_file(base, p);
+                match (in_file.canonicalize(), flag.canonicalize()) {
+                    (Ok(x), Ok(y)) if x == y => Ok(in_file),
+                    _ => Err(format!(
+                        "`{key}` is {} in the file but --{key} names {}; keep one",
+                        in_file.display(),
+                        flag.display()
+                    )),
+                }
+            }
             (Some(p), None) => Ok(from_file(base, p)),
             (None, Some(p)) => Ok(p.clone()),
             (None, None) => Err(format!("no `{key}`: name it in the file or with --{key}")),

@@ -247,6 +247,18 @@ fn check_reports_unchanged_new_changed_and_only_in_manifest() {
         &format!("{HEAD}[[command]]\nrun = [\"echo\"\n"),
     );
     assert_eq!(check(&e, &bad, &[]).status.code(), Some(2));
+    // --goal naming the file's goal is the same goal; another one is refused.
+    let c = check(&e, &after, &["--goal", e.goal.to_str().unwrap()]);
+    assert_eq!(c.status.code(), Some(1), "{}", text(&c.stderr));
+    let other = e.path("other.json");
+    std::fs::copy(&e.goal, &other).unwrap();
+    let c = check(&e, &after, &["--goal", other.to_str().unwrap()]);
+    assert_eq!(c.status.code(), Some(2));
+    assert!(
+        text(&c.stderr).contains("--goal names"),
+        "{}",
+        text(&c.stderr)
+    );
     // No manifest at all: every entry is new.
     std::fs::remove_file(&e.manifest).unwrap();
     let c = check(&e, &after, &[]);
