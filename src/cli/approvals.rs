@@ -578,6 +578,15 @@ fn shown_value(key: &str, v: &serde_json::Value) -> String {
             .to_string();
         }
     }
+    if let Some(n) = v.as_u64() {
+        let size = crate::process::limits::format_size(n);
+        if (key.ends_with("_bytes") || key == "executable.size") && !size.ends_with("bytes") {
+            return format!("{n} ({size})");
+        }
+        if key.ends_with("_ms") {
+            return format!("{n} ({})", crate::process::limits::format_ms(n));
+        }
+    }
     match v {
         serde_json::Value::String(s) => escape::quoted(s),
         other => other.to_string(),
@@ -723,4 +732,76 @@ fn check_markdown(
         ));
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Binding, PortableIdentity};
+
+    fn at(rfc3339: &str) -> SystemTime {
+        humantime::parse_rfc3339(rfc3339).unwrap()
+    }
+
+    #[test]
+    fn the_same_grant_approved_again_has_no_differences() {
+        let (lease, _) = crate::gate::lease::tests::sample();
+        let mut again = lease.body.clone();
+        again.lease_id = "lease-2".into();
+        again.issued_at = "2026-01-01T00:10:00Z".into();
+        again.expires_at = "2026-01-01T00:25:00Z".into();
+        again.approver = "bob".into();
+        let ttl = Duration::from_secs(900);
+        assert!(differences(&lease.body, &again, ttl, at("2026-01-01T00:05:00Z")).is_empty());
+    }
+
+    #[test]
+    fn limits_ttl_and_expiry_are_differences_shown_for_a_reader() {
+        let (lease, _) = crate::gate::lease::tests::sample();
+        let mut new = lease.body.clone();
+        new.limits.memory_bytes = 512 * 1024 * 1024;
+        new.limits.wall_time_ms = 90_000;
+        let d = differences(
+            &lease.body,
+            &new,
+            Duration::from_secs(3600),
+            at("2026-01-02T00:00:00Z"),
+        );
+        let keys: Vec<&str> = d.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["limits.memory_bytes", "limits.wall_time_ms", "ttl", "valid"]
+        );
+        assert_eq!(d[0].2, "536870912 (512 MiB)");
+        assert_eq!(d[1].2, "90000 (1m 30s)");
+        assert_eq!((d[2].1.as_str(), d[2].2.as_str()), ("15m", "1h"));
+        assert_eq!(d[3].1, "expired at 2026-01-01T00:15:00Z");
+    }
+
+    #[test]
+    fn a_portable_lease_is_compared_on_what_a_portable_run_checks() {
+        let (lease, _) = crate::gate::lease::tests::sample();
+        let mut old = lease.body.clone();
+        old.binding = Binding::Portable;
+        old.portable = Some(PortableIdentity {
+            executable_path: "/usr/bin/dash".into(),
+            in_workspace: false,
+            mode: old.executable.mode,
+            sha256: old.executable.sha256.clone(),
+        });
+        let mut other_runner = old.clone();
+        other_runner.executable.inode = 99;
+        other_runner.executable.mtime_ns = 1;
+        other_runner.workspace.path = "/elsewhere".into();
+        other_runner.cwd.path = "/elsewhere".into();
+        let now = at("2026-01-01T00:05:00Z");
+        let ttl = Duration::from_secs(900);
+        assert!(differences(&old, &other_runner, ttl, now).is_empty());
+        other_runner.executable.sha256 = "ef".repeat(32);
+        let keys: Vec<String> = differences(&old, &other_runner, ttl, now)
+            .into_iter()
+            .map(|(k, _, _)| k)
+            .collect();
+        assert_eq!(keys, ["executable.sha256"]);
+    }
 }

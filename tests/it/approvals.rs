@@ -209,7 +209,7 @@ fn check_reports_unchanged_new_changed_and_only_in_manifest() {
             format!("unchanged         \"keep\"  [\"echo\" \"keep\"]  lease {}", ids[0]).as_str(),
             format!("changed           \"tweak\"  [\"echo\" \"tweak\"]  lease {}", ids[1]).as_str(),
             "    env.fixed.MODE: \"a\" → \"b\"",
-            "    limits.memory_bytes: 268435456 → 536870912",
+            "    limits.memory_bytes: 268435456 (256 MiB) → 536870912 (512 MiB)",
             "new               \"fresh\"  [\"echo\" \"fresh\"]",
             format!("only in manifest  lease {}  [\"echo\" \"gone\"]  goal \"t\"", ids[2]).as_str(),
             format!(
@@ -229,7 +229,7 @@ fn check_reports_unchanged_new_changed_and_only_in_manifest() {
         md_out.contains("| status | entry | command | lease | what changes |"),
         "{md_out}"
     );
-    assert!(md_out.contains(&format!("| changed | \"tweak\" | `\"echo\" \"tweak\"` | {} | `env.fixed.MODE`: \"a\" → \"b\"<br>`limits.memory_bytes`: 268435456 → 536870912 |", ids[1])), "{md_out}");
+    assert!(md_out.contains(&format!("| changed | \"tweak\" | `\"echo\" \"tweak\"` | {} | `env.fixed.MODE`: \"a\" → \"b\"<br>`limits.memory_bytes`: 268435456 (256 MiB) → 536870912 (512 MiB) |", ids[1])), "{md_out}");
     assert!(md_out.contains("| new | \"fresh\" |"), "{md_out}");
     assert!(
         md_out.contains(&format!(
