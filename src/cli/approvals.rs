@@ -151,7 +151,12 @@ fn resolve_all(
                 "key `allow_net` is not supported by this build (it has no egress allowlist, `approve --allow-net`); remove it or use a build that has it".into(),
             ));
         }
-        let args = entry_args(a, &parsed.file, e, base).map_err(|m| err(line, m))?;
+        let args = entry_args(a, &parsed.file, e, base).map_err(|f| {
+            let at = f
+                .key()
+                .map_or(line, |k| file_shape::key_line(text, line, k));
+            err(at, f.to_string())
+        })?;
         if !goals.contains_key(&args.goal) {
             let g = goal::load(&args.goal).map_err(|m| err(line, m))?;
             goals.insert(args.goal.clone(), g);
@@ -185,50 +190,80 @@ fn from_file(base: &Path, p: &str) -> PathBuf {
     base.join(p)
 }
 
+/// Why one entry's values cannot be `approve` flags.
+#[derive(Debug, thiserror::Error)]
+pub enum FieldError {
+    #[error("`{key}`: {message}")]
+    Value { key: &'static str, message: String },
+    #[error("`{key}` is {in_file} in the file but --{key} names {flag}; keep one")]
+    Twice {
+        key: &'static str,
+        in_file: String,
+        flag: String,
+    },
+    #[error("no `{key}`: name it in the file or with --{key}")]
+    Missing { key: &'static str },
+    #[error("`run` is empty: it needs at least the executable")]
+    EmptyRun,
+}
+
+impl FieldError {
+    /// The key whose line the error points at, when one key is at fault.
+    fn key(&self) -> Option<&'static str> {
+        match self {
+            FieldError::Value { key, .. } => Some(key),
+            FieldError::EmptyRun => Some("run"),
+            _ => None,
+        }
+    }
+}
+
 /// The `approve` flags one entry stands for, defaults applied.
 fn entry_args(
     a: &ApproveCmd,
     f: &file_shape::ApprovalsFile,
     e: &Entry,
     base: &Path,
-) -> Result<ApproveArgs, String> {
-    let pick =
-        |entry: &Option<String>, top: &Option<String>, flag: &Option<PathBuf>, key: &str| match (
-            entry.as_ref().or(top.as_ref()),
-            flag,
-        ) {
+) -> Result<ApproveArgs, FieldError> {
+    let pick = |entry: &Option<String>,
+                top: &Option<String>,
+                flag: &Option<PathBuf>,
+                key: &'static str| {
+        match (entry.as_ref().or(top.as_ref()), flag) {
             // Both may name it only when they name the same thing.
             (Some(p), Some(flag)) => {
                 let in_file = from_file(base, p);
                 match (in_file.canonicalize(), flag.canonicalize()) {
                     (Ok(x), Ok(y)) if x == y => Ok(in_file),
-                    _ => Err(format!(
-                        "`{key}` is {} in the file but --{key} names {}; keep one",
-                        in_file.display(),
-                        flag.display()
-                    )),
+                    _ => Err(FieldError::Twice {
+                        key,
+                        in_file: in_file.display().to_string(),
+                        flag: flag.display().to_string(),
+                    }),
                 }
             }
             (Some(p), None) => Ok(from_file(base, p)),
             (None, Some(p)) => Ok(p.clone()),
-            (None, None) => Err(format!("no `{key}`: name it in the file or with --{key}")),
-        };
+            (None, None) => Err(FieldError::Missing { key }),
+        }
+    };
     let goal = pick(&e.goal, &f.goal, &a.goal, "goal")?;
     let workspace = pick(&e.workspace, &f.workspace, &a.workspace, "workspace")?;
-    let duration = |key: &str, v: &Option<String>| {
+    let value = |key: &'static str| move |message: String| FieldError::Value { key, message };
+    let duration = |key: &'static str, v: &Option<String>| {
         v.as_deref()
-            .map(|s| parse_duration(s).map_err(|m| format!("{key}: {m}")))
+            .map(|s| parse_duration(s).map_err(value(key)))
             .transpose()
     };
-    let size = |key: &str, v: &Option<NumberOrText>| {
+    let size = |key: &'static str, v: &Option<NumberOrText>| {
         v.as_ref()
-            .map(|s| parse_size(&s.text()).map_err(|m| format!("{key}: {m}")))
+            .map(|s| parse_size(&s.text()).map_err(value(key)))
             .transpose()
     };
     let ttl_text = e.ttl.clone().or_else(|| f.ttl.clone());
     let ttl = duration("ttl", &ttl_text)?.unwrap_or(Duration::from_secs(15 * 60));
     if e.run.is_empty() {
-        return Err("`run` is empty: it needs at least the executable".into());
+        return Err(FieldError::EmptyRun);
     }
     let ledger = e.ledger.clone().or_else(|| f.ledger.clone()).map(|l| {
         if l.starts_with("postgres://") || l.starts_with("postgresql://") {
@@ -256,7 +291,7 @@ fn entry_args(
             max_processes: e
                 .max_processes
                 .as_ref()
-                .map(|m| parse_max_processes(&m.text()).map_err(|m| format!("max_processes: {m}")))
+                .map(|m| parse_max_processes(&m.text()).map_err(value("max_processes")))
                 .transpose()?,
             max_open_files: e.max_open_files,
             max_file_size: size("max_file_size", &e.max_file_size)?,

@@ -343,7 +343,12 @@ fn bad_files_name_the_entry_and_line_and_change_nothing() {
     e.approve(&[], &["true"]);
     let before = std::fs::read(&e.manifest).unwrap();
     let ok = "\n[[command]]\nname = \"a\"\nrun = [\"true\"]\n";
-    let cases: [(&str, String, &[&str]); 5] = [
+    let cases: [(&str, String, &[&str]); 6] = [
+        (
+            "a value approve cannot take",
+            format!("{HEAD}{ok}\n[[command]]\nname = \"b\"\nrun = [\"echo\"]\n\nmemory = \"lots\"\n"),
+            &["entry \"b\" (line 13)", "`memory`: invalid size \"lots\""],
+        ),
         (
             "unknown key",
             format!("{HEAD}{ok}\n[[command]]\nname = \"b\"\nrun = [\"echo\"]\nwall_tme = \"1s\"\n"),
