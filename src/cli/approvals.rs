@@ -310,6 +310,7 @@ fn entry_args(
         command: e.run.clone(),
         portable: e.portable.or(f.portable).unwrap_or(false),
         ledger,
+        resolve_only: a.check,
     })
 }
 

@@ -57,6 +57,9 @@ pub struct ApproveArgs {
     pub portable: bool,
     /// `--ledger PATH|postgres://HOST[:PORT]/DB`.
     pub ledger: Option<String>,
+    /// Compute the lease without creating anything on disk (a missing
+    /// ledger directory is not made): `approve --file --check`.
+    pub resolve_only: bool,
 }
 
 impl ApproveArgs {
@@ -96,6 +99,7 @@ impl ApproveArgs {
             command: a.command,
             portable: a.portable,
             ledger: a.ledger,
+            resolve_only: false,
         })
     }
 }
@@ -306,7 +310,15 @@ pub fn lease_body(
     let ledger = a
         .ledger
         .as_deref()
-        .map(|l| LedgerSpec::parse(l).and_then(|s| s.for_lease()))
+        .map(|l| {
+            LedgerSpec::parse(l).and_then(|s| {
+                if a.resolve_only {
+                    s.lease_name()
+                } else {
+                    s.for_lease()
+                }
+            })
+        })
         .transpose()?;
     let (binding, portable) = if a.portable {
         (

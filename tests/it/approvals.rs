@@ -259,6 +259,14 @@ fn check_reports_unchanged_new_changed_and_only_in_manifest() {
         "{}",
         text(&c.stderr)
     );
+    // --check creates nothing, not even a ledger directory an entry names.
+    let with_ledger = write_file(
+        &e,
+        "ledger.toml",
+        &format!("{HEAD}ledger = \"new-ledger\"\n{AFTER}"),
+    );
+    assert_eq!(check(&e, &with_ledger, &[]).status.code(), Some(1));
+    assert!(!e.path("new-ledger").exists());
     // No manifest at all: every entry is new.
     std::fs::remove_file(&e.manifest).unwrap();
     let c = check(&e, &after, &[]);
