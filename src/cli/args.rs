@@ -28,7 +28,8 @@ pub enum Command {
         #[arg(long, value_name = "PREFIX")]
         out: PathBuf,
     },
-    /// A human approves exactly one request identity: sign a lease into the manifest.
+    /// A human approves exactly one request identity (or every entry of an
+    /// approvals file): sign leases into the manifest.
     Approve(Box<ApproveCmd>),
     /// Run one request under a matching lease; print the signed receipt.
     Run(Box<RunCmd>),
@@ -179,7 +180,7 @@ pub struct ApproveCmd {
     pub file: Option<PathBuf>,
     /// With `--file`: compare the file, resolved here, with the manifest;
     /// no key needed, nothing written. Exit 0 agree, 1 differ, 2 bad input.
-    #[arg(long, requires = "file")]
+    #[arg(long, requires = "file", conflicts_with_all = ["key", "approver"])]
     pub check: bool,
     /// With `--file`: also revoke the live leases of the file's Goals that
     /// no entry approves any more (listed first).
