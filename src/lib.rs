@@ -36,7 +36,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use cli::args::{Cli, Command, JournalAction, ReceiptAction, VerifyFormat};
 use cli::operator::{self, OperatorError};
-use cli::{approve, doctor, out};
+use cli::{approvals, approve, doctor, out};
 use evidence::{escape, verify, view};
 use ledger::journal;
 use model::exit_code;
@@ -113,51 +113,7 @@ pub fn cli_main() -> i32 {
             Ok(()) => 0,
             Err(e) => usage_error(e),
         },
-        Command::Approve(a) => {
-            let a = *a;
-            let args = approve::ApproveArgs {
-                goal: a.goal,
-                workspace: a.workspace,
-                manifest: a.manifest,
-                key: a.key,
-                ttl: a.ttl,
-                uses: a.uses,
-                approver: a.approver,
-                profile: a.profile,
-                cwd: a.cwd,
-                limits: approve::LimitOverrides {
-                    wall_time: a.wall_time,
-                    kill_grace: a.kill_grace,
-                    cancel_grace: a.cancel_grace,
-                    cpu_time: a.cpu_time,
-                    memory: a.memory,
-                    max_processes: a.max_processes,
-                    max_open_files: a.max_open_files,
-                    max_file_size: a.max_file_size,
-                    keep_output: a.keep_output,
-                    output_cap: a.output_cap,
-                },
-                env: a.env,
-                as_user: a.as_user,
-                fs_write: a.fs_write,
-                fs_write_scope: a.fs_write_scope,
-                fs_read: a.fs_read,
-                no_network: a.no_network,
-                pid_namespace: a.pid_namespace,
-                max_executable_size: a.max_executable_size,
-                request: a.request,
-                command: a.command,
-                portable: a.portable,
-                ledger: a.ledger,
-            };
-            match approve::approve(args) {
-                Ok(id) => match outln!("{id}") {
-                    Ok(()) => 0,
-                    Err(e) => usage_error(e),
-                },
-                Err(e) => usage_error(e),
-            }
-        }
+        Command::Approve(a) => approve_main(*a),
         Command::Run(r) => {
             let r = *r;
             let mut signals = match SignalFd::with_flags(
@@ -325,6 +281,24 @@ pub fn cli_main() -> i32 {
             let dir = state_dir.unwrap_or_else(journal::default_state_dir);
             operator_result(operator::revoke(&manifest, &lease, &by, &dir))
         }
+    }
+}
+
+fn approve_main(a: cli::args::ApproveCmd) -> i32 {
+    if a.file.is_some() {
+        return match approvals::main(&a) {
+            Ok(true) => 0,
+            Ok(false) => exit_code::NEGATIVE,
+            Err(e) => usage_error(e),
+        };
+    }
+    let approved = approve::ApproveArgs::from_cmd(a).and_then(approve::approve);
+    match approved {
+        Ok(id) => match outln!("{id}") {
+            Ok(()) => 0,
+            Err(e) => usage_error(e),
+        },
+        Err(e) => usage_error(e),
     }
 }
 

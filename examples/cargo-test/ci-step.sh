@@ -9,7 +9,8 @@
 # WORKSPACE is the crate (examples/cargo-test/crate is a tiny one); OUT gets
 # the keys, manifest, state dir and receipt (default WORKSPACE/.governed).
 # In a real pipeline step 1 happens once, on a trusted machine, and the
-# manifest, goal and approver.pub are committed; see ci/github-actions.yml.
+# approvals file, manifest, goal and approver.pub are committed; see
+# ci/approvals.toml and ci/github-actions.yml.
 set -euo pipefail
 GE=${GE:-governed-exec}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,19 +28,33 @@ if [ -x "$cargo_home/bin/cargo" ]; then
 else
   cargo_bin=$(dirname "$(command -v cargo)")
 fi
-recipe=(--env "PATH=$cargo_bin:/usr/local/bin:/usr/bin:/bin"
-        --env "RUSTUP_HOME=$rustup_home" --env "CARGO_HOME=$cargo_home")
 
-# 1. Once, by a human: approve exactly this step. The approval summary
-#    (stderr) says whether cargo is a rustup proxy and which --env it needs.
-#    --fs-write: writes only in the workspace and cargo's home (its package
+# 1. Once, by a human: approve exactly this step, kept as code in an
+#    approvals file (in a real repository it is committed and reviewed; here
+#    it is written with this machine's paths). The approval summary (stderr)
+#    says whether cargo is a rustup proxy and which env values it needs.
+#    fs_write: writes only in the workspace and cargo's home (its package
 #    cache lock); any isolation option also keeps the runner key out of the
 #    child's reach, which verify requires (keep OUT outside the workspace).
+cat > "$out/approvals.toml" <<EOF
+goal = '$here/goal.json'
+workspace = '$ws'
+ttl = "1h"
+uses = 1
+profile = "long"
+
+[[command]]
+name = "cargo-test"
+run = ["cargo", "test", "--offline", "--locked"]
+env = { PATH = '$cargo_bin:/usr/local/bin:/usr/bin:/bin', RUSTUP_HOME = '$rustup_home', CARGO_HOME = '$cargo_home' }
+fs_write = ['$cargo_home']
+EOF
 [ -e "$out/approver.key" ] || "$GE" keygen --out "$out/approver"
-"$GE" approve --goal "$here/goal.json" --workspace "$ws" --manifest "$out/manifest.json" \
-  --key "$out/approver.key" --ttl 1h --uses 1 --profile long "${recipe[@]}" \
-  --fs-write "$cargo_home" \
-  -- cargo test --offline --locked
+"$GE" approve --file "$out/approvals.toml" --manifest "$out/manifest.json" \
+  --key "$out/approver.key"
+# What a pull request's CI job runs (no key): the file and the signed
+# manifest agree, exit 0; a change to either is listed field by field.
+"$GE" approve --file "$out/approvals.toml" --manifest "$out/manifest.json" --check
 
 # 2. The pipeline step: headless, bounded, never prompts. Its exit code is
 #    cargo's own; keep going to verify and summarise either way.

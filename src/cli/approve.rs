@@ -2,9 +2,10 @@
 //! plain words exactly what is being approved, sign the lease and add it to
 //! the manifest. Never prompts: the decision was made by running the command.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::cli::args::ApproveCmd;
 use crate::gate::identity::{self, CLEAN_PATH};
 use crate::gate::lease;
 use crate::ledger::LedgerSpec;
@@ -56,6 +57,51 @@ pub struct ApproveArgs {
     pub portable: bool,
     /// `--ledger PATH|postgres://HOST[:PORT]/DB`.
     pub ledger: Option<String>,
+    /// Compute the lease without creating anything on disk (a missing
+    /// ledger directory is not made): `approve --file --check`.
+    pub resolve_only: bool,
+}
+
+impl ApproveArgs {
+    /// `approve`'s flags for one lease (without `--file`).
+    pub fn from_cmd(a: ApproveCmd) -> Result<ApproveArgs, String> {
+        Ok(ApproveArgs {
+            goal: a.goal.ok_or("missing --goal")?,
+            workspace: a.workspace.ok_or("missing --workspace")?,
+            manifest: a.manifest,
+            key: a.key.ok_or("missing --key")?,
+            ttl: a.ttl,
+            uses: a.uses,
+            approver: a.approver,
+            profile: a.profile,
+            cwd: a.cwd,
+            limits: LimitOverrides {
+                wall_time: a.wall_time,
+                kill_grace: a.kill_grace,
+                cancel_grace: a.cancel_grace,
+                cpu_time: a.cpu_time,
+                memory: a.memory,
+                max_processes: a.max_processes,
+                max_open_files: a.max_open_files,
+                max_file_size: a.max_file_size,
+                keep_output: a.keep_output,
+                output_cap: a.output_cap,
+            },
+            env: a.env,
+            as_user: a.as_user,
+            fs_write: a.fs_write,
+            fs_write_scope: a.fs_write_scope,
+            fs_read: a.fs_read,
+            no_network: a.no_network,
+            pid_namespace: a.pid_namespace,
+            max_executable_size: a.max_executable_size,
+            request: a.request,
+            command: a.command,
+            portable: a.portable,
+            ledger: a.ledger,
+            resolve_only: false,
+        })
+    }
 }
 
 /// The smallest values under which a program can start at all; below them
@@ -164,16 +210,15 @@ fn parse_user(s: &str) -> Result<UserSpec, String> {
     Ok(spec)
 }
 
-/// Resolve, sign and store the lease. Returns the lease id.
-pub fn approve(a: ApproveArgs) -> Result<String, String> {
-    let goal = goal::load(&a.goal)?;
-    let key = sign::load_signing_key(&a.key).map_err(|e| e.to_string())?;
-    let request = match (&a.request, a.command.is_empty()) {
+/// The request `approve` is asked to approve: `--request FILE` or the
+/// words after `--`, with `--cwd` and `--profile`.
+pub fn request_of(a: &ApproveArgs) -> Result<Request, String> {
+    match (&a.request, a.command.is_empty()) {
         (Some(_), false) => {
-            return Err("give either --request FILE or -- EXECUTABLE [ARG...], not both".into())
+            Err("give either --request FILE or -- EXECUTABLE [ARG...], not both".into())
         }
         (None, true) => {
-            return Err("nothing to approve: give --request FILE or -- EXECUTABLE [ARG...]".into())
+            Err("nothing to approve: give --request FILE or -- EXECUTABLE [ARG...]".into())
         }
         (Some(src), true) => {
             let r = read_request(src)?;
@@ -185,19 +230,31 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
                         .into(),
                 );
             }
-            r
+            Ok(r)
         }
         (None, false) => {
             let mut words = a.command.clone();
             let executable = words.remove(0);
-            Request {
+            Ok(Request {
                 executable,
                 argv: words,
                 cwd: a.cwd.clone().unwrap_or_else(|| ".".into()),
                 profile: a.profile.unwrap_or(Profile::Standard),
-            }
+            })
         }
-    };
+    }
+}
+
+/// Everything `approve` decides about one request, resolved on this
+/// machine: the lease body before it is signed. `approve -- CMD` and every
+/// entry of `approve --file` go through here, so an approvals file's lease
+/// is the lease the command line would make.
+pub fn lease_body(
+    a: &ApproveArgs,
+    goal: &goal::LoadedGoal,
+    request: Request,
+    now: SystemTime,
+) -> Result<LeaseBody, String> {
     if request.argv.iter().any(|s| s.contains('\0')) {
         return Err("argv contains a NUL byte, which execve cannot pass".into());
     }
@@ -255,7 +312,15 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
     let ledger = a
         .ledger
         .as_deref()
-        .map(|l| LedgerSpec::parse(l).and_then(|s| s.for_lease()))
+        .map(|l| {
+            LedgerSpec::parse(l).and_then(|s| {
+                if a.resolve_only {
+                    s.lease_name()
+                } else {
+                    s.for_lease()
+                }
+            })
+        })
         .transpose()?;
     let (binding, portable) = if a.portable {
         (
@@ -265,14 +330,13 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
     } else {
         (Binding::Machine, None)
     };
-    let now = SystemTime::now();
     let expires = expiry(now, a.ttl)?;
     let approver = a
         .approver
         .clone()
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()));
-    let body = LeaseBody {
+    Ok(LeaseBody {
         schema: LEASE_SCHEMA.into(),
         lease_id: new_id("lease"),
         goal: goal.reference(),
@@ -290,7 +354,15 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         binding,
         portable,
         ledger,
-    };
+    })
+}
+
+/// Resolve, sign and store the lease. Returns the lease id.
+pub fn approve(a: ApproveArgs) -> Result<String, String> {
+    let goal = goal::load(&a.goal)?;
+    let key = sign::load_signing_key(&a.key).map_err(|e| e.to_string())?;
+    let request = request_of(&a)?;
+    let body = lease_body(&a, &goal, request, SystemTime::now())?;
     eprint!("{}", summary(&body, a.ttl));
     let sealed = lease::seal(body, &key);
     let id = sealed.body.lease_id.clone();
@@ -300,21 +372,7 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         m.leases.push(sealed);
         Ok(replaced)
     })?;
-    for (old, _) in &replaced {
-        eprintln!("  {:<13} lease {old} (same goal, request and binding): marked superseded; it no longer runs", "replaces");
-    }
-    // A superseded lease that names a ledger is revoked there too, as
-    // `revoke` does: every runner checks that ledger, so an old manifest
-    // copy cannot bring the replaced lease back beside the new one.
-    for (old, named) in &replaced {
-        let Some(named) = named else { continue };
-        let l = crate::ledger::LedgerSpec::parse(named)?.open();
-        let by = format!("superseded by lease {id}");
-        crate::ledger::revoke(&*l, &goal_id, old, &by).map_err(|e| {
-            format!("lease {old} is marked superseded in {} but not yet revoked in its ledger {}: {e}; run `revoke --lease {old}` once the ledger is reachable",
-                escape::visible(&a.manifest.display().to_string()), escape::visible(&l.name()))
-        })?;
-    }
+    report_superseded(&a.manifest, &id, &goal_id, &replaced)?;
     eprintln!(
         "approved: lease {id} added to {}",
         escape::visible(&a.manifest.display().to_string())
@@ -322,31 +380,63 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
     Ok(id)
 }
 
-/// Mark every live lease that `new` covers (same Goal id, request and
-/// workspace binding) superseded by it. Returns their ids and the ledgers
-/// they name.
-fn supersede(m: &mut Manifest, new: &LeaseBody) -> Vec<(String, Option<String>)> {
-    let same_binding = |b: &LeaseBody| match (b.binding, new.binding) {
-        (Binding::Machine, Binding::Machine) => b.workspace.path == new.workspace.path,
+/// After the manifest was written: say which leases the new one replaced,
+/// and revoke those that name a ledger there too, as `revoke` does: every
+/// runner checks that ledger, so an old manifest copy cannot bring the
+/// replaced lease back beside the new one.
+pub fn report_superseded(
+    manifest: &Path,
+    id: &str,
+    goal_id: &str,
+    replaced: &[(String, Option<String>)],
+) -> Result<(), String> {
+    for (old, _) in replaced {
+        eprintln!("  {:<13} lease {old} (same goal, request and binding): marked superseded; it no longer runs", "replaces");
+    }
+    for (old, named) in replaced {
+        let Some(named) = named else { continue };
+        let l = crate::ledger::LedgerSpec::parse(named)?.open();
+        let by = format!("superseded by lease {id}");
+        crate::ledger::revoke(&*l, goal_id, old, &by).map_err(|e| {
+            format!("lease {old} is marked superseded in {} but not yet revoked in its ledger {}: {e}; run `revoke --lease {old}` once the ledger is reachable",
+                escape::visible(&manifest.display().to_string()), escape::visible(&l.name()))
+        })?;
+    }
+    Ok(())
+}
+
+/// Whether `old` answers the same request as `new`: same Goal id, request
+/// and workspace binding (CONTRACT §2, supersession). This is how an
+/// approvals file's entry is recognised in a manifest, too.
+pub fn same_approval(old: &LeaseBody, new: &LeaseBody) -> bool {
+    let same_binding = match (old.binding, new.binding) {
+        (Binding::Machine, Binding::Machine) => old.workspace.path == new.workspace.path,
         (Binding::Portable, Binding::Portable) => true,
         _ => false,
     };
-    let dead: std::collections::BTreeSet<String> = m
+    old.goal.id == new.goal.id && old.request == new.request && same_binding
+}
+
+/// The leases of `m` neither revoked nor superseded.
+pub fn live_leases(m: &Manifest) -> impl Iterator<Item = &LeaseBody> {
+    let dead: std::collections::BTreeSet<&str> = m
         .revocations
         .iter()
-        .map(|r| r.lease_id.clone())
-        .chain(m.superseded.iter().map(|s| s.lease_id.clone()))
+        .map(|r| r.lease_id.as_str())
+        .chain(m.superseded.iter().map(|s| s.lease_id.as_str()))
         .collect();
-    let replaced: Vec<(String, Option<String>)> = m
-        .leases
+    m.leases
         .iter()
         .map(|l| &l.body)
-        .filter(|b| {
-            b.goal.id == new.goal.id
-                && b.request == new.request
-                && same_binding(b)
-                && !dead.contains(&b.lease_id)
-        })
+        .filter(move |b| !dead.contains(b.lease_id.as_str()))
+}
+
+/// Mark every live lease that `new` covers (same Goal id, request and
+/// workspace binding) superseded by it. Returns their ids and the ledgers
+/// they name.
+pub fn supersede(m: &mut Manifest, new: &LeaseBody) -> Vec<(String, Option<String>)> {
+    let replaced: Vec<(String, Option<String>)> = live_leases(m)
+        .filter(|b| same_approval(b, new))
         .map(|b| (b.lease_id.clone(), b.ledger.clone()))
         .collect();
     let at = crate::ledger::journal::now_rfc3339();

@@ -28,7 +28,8 @@ pub enum Command {
         #[arg(long, value_name = "PREFIX")]
         out: PathBuf,
     },
-    /// A human approves exactly one request identity: sign a lease into the manifest.
+    /// A human approves exactly one request identity (or every entry of an
+    /// approvals file): sign leases into the manifest.
     Approve(Box<ApproveCmd>),
     /// Run one request under a matching lease; print the signed receipt.
     Run(Box<RunCmd>),
@@ -148,6 +149,12 @@ pub enum ReceiptFormat {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckFormat {
+    Text,
+    Markdown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum VerifyFormat {
     Text,
     Json,
@@ -156,14 +163,36 @@ pub enum VerifyFormat {
 
 #[derive(Debug, Args)]
 pub struct ApproveCmd {
-    #[arg(long)]
-    pub goal: PathBuf,
-    #[arg(long)]
-    pub workspace: PathBuf,
+    /// With `--file`: used when the file names no `goal`.
+    #[arg(long, required_unless_present = "file")]
+    pub goal: Option<PathBuf>,
+    /// With `--file`: used when the file names no `workspace`.
+    #[arg(long, required_unless_present = "file")]
+    pub workspace: Option<PathBuf>,
     #[arg(long)]
     pub manifest: PathBuf,
-    #[arg(long, value_name = "APPROVER.key")]
-    pub key: PathBuf,
+    #[arg(long, value_name = "APPROVER.key", required_unless_present = "check")]
+    pub key: Option<PathBuf>,
+    /// Approve every entry of a reviewed approvals file (TOML, CONTRACT
+    /// §10) in one manifest write. Per-lease flags belong in the file.
+    #[arg(long, value_name = "APPROVALS.toml", conflicts_with_all = [
+        "profile", "cwd", "wall_time", "kill_grace", "cancel_grace", "cpu_time", "memory",
+        "max_processes", "max_open_files", "max_file_size", "keep_output", "output_cap",
+        "env", "as_user", "fs_write", "fs_write_scope", "fs_read", "no_network",
+        "pid_namespace", "portable", "ledger", "request", "command", "ttl", "uses",
+    ])]
+    pub file: Option<PathBuf>,
+    /// With `--file`: compare the file, resolved here, with the manifest;
+    /// no key needed, nothing written. Exit 0 agree, 1 differ, 2 bad input.
+    #[arg(long, requires = "file", conflicts_with_all = ["key", "approver"])]
+    pub check: bool,
+    /// With `--file`: also revoke the live leases of the file's Goals that
+    /// no entry approves any more (listed first).
+    #[arg(long, requires = "file", conflicts_with = "check")]
+    pub prune: bool,
+    /// The `--check` report: text (default) or markdown for a CI job summary.
+    #[arg(long, value_enum, requires = "check")]
+    pub format: Option<CheckFormat>,
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub ttl: Duration,
     #[arg(long, default_value_t = 1)]

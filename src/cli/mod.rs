@@ -3,6 +3,7 @@
 //! `receipt`/`keygen`, `doctor`, and the stdout writer. The top floor: it
 //! calls into `run`, `gate`, `ledger`, `evidence`; nothing below calls it.
 
+pub mod approvals;
 pub mod approve;
 pub mod args;
 pub mod doctor;

@@ -158,6 +158,99 @@ pub fn warnings(b: &LeaseBody) -> Vec<String> {
     out
 }
 
+/// The package that owns `path`, as the system's package database says
+/// (`dpkg-query -S`, then `rpm -qf`), with its version when it can say;
+/// `None` when neither is installed or neither knows the file. Optional
+/// information for the approver: nothing is decided on it.
+pub fn owner_package(path: &Path) -> Option<String> {
+    let quiet = |prog: &str, args: &[&std::ffi::OsStr]| -> Option<String> {
+        let out = std::process::Command::new(prog)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .env("LC_ALL", "C")
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        let first = text.lines().next()?.trim().to_string();
+        (out.status.success() && !first.is_empty()).then_some(first)
+    };
+    let p = path.as_os_str();
+    if Path::new("/usr/bin/dpkg-query").exists() {
+        // "pkg[:arch]: /usr/bin/x" (or "pkg1, pkg2: …" for a shared file).
+        if let Some(pkg) = quiet("/usr/bin/dpkg-query", &["-S".as_ref(), p])
+            .and_then(|l| l.split_once(": ").map(|(k, _)| k.to_string()))
+        {
+            let version = quiet(
+                "/usr/bin/dpkg-query",
+                &["-W".as_ref(), "-f=${Version}".as_ref(), pkg.as_ref()],
+            );
+            return Some(match version {
+                Some(v) => format!("{pkg} {v} (dpkg)"),
+                None => format!("{pkg} (dpkg)"),
+            });
+        }
+    }
+    if Path::new("/usr/bin/rpm").exists() {
+        return quiet("/usr/bin/rpm", &["-qf".as_ref(), p]).map(|n| format!("{n} (rpm)"));
+    }
+    None
+}
+
+/// When the executable's bytes differ between a lease and what the same
+/// request resolves to now (a package upgrade, a rebuilt tool): the old
+/// and new digest, size and modification time, and the owning package
+/// where the system can say. Empty when the bytes are the same.
+pub fn update_lines(old: &LeaseBody, new: &LeaseBody) -> Vec<String> {
+    let (o, n) = (&old.executable, &new.executable);
+    if o.sha256 == n.sha256 {
+        return vec![];
+    }
+    let when = |ns: i64| {
+        u64::try_from(ns).map_or_else(
+            |_| format!("{ns}ns"),
+            |ns| {
+                humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns),
+                )
+                .to_string()
+            },
+        )
+    };
+    let mut lines = vec![
+        format!(
+            "{} changed since lease {} was approved",
+            n.canonical_path, old.lease_id
+        ),
+        format!(
+            "  old: sha256 {}, {} bytes, modified {}",
+            o.sha256,
+            o.size,
+            when(o.mtime_ns)
+        ),
+        format!(
+            "  new: sha256 {}, {} bytes, modified {}",
+            n.sha256,
+            n.size,
+            when(n.mtime_ns)
+        ),
+    ];
+    // On a merged-/usr system dpkg knows `/usr/bin/x` as `/bin/x`.
+    let canonical = Path::new(&n.canonical_path);
+    let unmerged = canonical
+        .strip_prefix("/usr")
+        .ok()
+        .map(|p| Path::new("/").join(p));
+    let owner = [Some(found_at(new)), Some(canonical.to_path_buf()), unmerged]
+        .into_iter()
+        .flatten()
+        .find_map(|p| owner_package(&p));
+    if let Some(pkg) = owner {
+        lines.push(format!("  package: {pkg}"));
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,6 +78,19 @@ impl LedgerSpec {
         Ok(LedgerSpec::Path(PathBuf::from(s)))
     }
 
+    /// The string `for_lease` would record, creating nothing: an existing
+    /// directory canonical, a missing one made absolute (what `approve
+    /// --file --check` compares; it writes nothing).
+    pub fn lease_name(&self) -> Result<String, String> {
+        match self {
+            LedgerSpec::Path(p) => std::fs::canonicalize(p)
+                .or_else(|_| std::path::absolute(p))
+                .map(|c| c.display().to_string())
+                .map_err(|e| format!("--ledger {}: {e}", p.display())),
+            LedgerSpec::Postgres(t) => Ok(t.to_string()),
+        }
+    }
+
     /// The string a lease records: an absolute directory (created here if
     /// missing, with its `journal/`, which `run` requires) or the
     /// normalised PostgreSQL address.

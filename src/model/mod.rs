@@ -4,6 +4,7 @@
 //! (`deny_unknown_fields`): a misspelled key must fail closed and name itself,
 //! never be ignored. Every format carries a schema string from day one.
 
+pub mod approvals;
 pub mod exit_code;
 pub mod goal;
 #[cfg(feature = "schema")]

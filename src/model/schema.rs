@@ -6,6 +6,7 @@
 use schemars::schema_for;
 
 use crate::ledger::journal::Record;
+use crate::model::approvals::ApprovalsFile;
 use crate::model::{Goal, Lease, Manifest, ReceiptBody, Request, Statement};
 
 /// (file name, pretty JSON) of every published schema.
@@ -13,6 +14,7 @@ pub fn all() -> Vec<(&'static str, String)> {
     let pretty = |v: schemars::Schema| serde_json::to_string_pretty(&v).unwrap_or_default() + "\n";
     vec![
         ("goal.schema.json", pretty(schema_for!(Goal))),
+        ("approvals.schema.json", pretty(schema_for!(ApprovalsFile))),
         ("request.schema.json", pretty(schema_for!(Request))),
         ("lease.schema.json", pretty(schema_for!(Lease))),
         ("manifest.schema.json", pretty(schema_for!(Manifest))),

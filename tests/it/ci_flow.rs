@@ -28,10 +28,8 @@ fn the_shipped_ci_docs_use_a_portable_lease_a_ledger_and_the_leases_profile() {
         ("ci/gitlab-ci.yml", shipped("ci/gitlab-ci.yml")),
     ] {
         for needle in [
-            "--fs-write-scope",
-            "--portable",
-            "--ledger postgres://",
-            "--profile long",
+            "approve --file ci/approvals.toml",
+            "--check",
             "-- ./ci/governed-step.sh",
             "cargo install --locked",
             "ci/goal.json",
@@ -45,6 +43,21 @@ fn the_shipped_ci_docs_use_a_portable_lease_a_ledger_and_the_leases_profile() {
         assert!(
             !text.contains("-- cargo test"),
             "{name} still approves cargo directly"
+        );
+    }
+    // What the step's leases are is the approvals file's.
+    let approvals = shipped("ci/approvals.toml");
+    for needle in [
+        "portable = true",
+        "ledger = \"postgres://",
+        "profile = \"long\"",
+        "fs_write_scope = true",
+        "run = [\"./ci/governed-step.sh\", \"github\"]",
+        "run = [\"./ci/governed-step.sh\", \"gitlab\"]",
+    ] {
+        assert!(
+            approvals.contains(needle),
+            "ci/approvals.toml lacks {needle:?}"
         );
     }
     use std::os::unix::fs::PermissionsExt;
@@ -98,36 +111,25 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
         }
     };
 
-    // Once, by a human, in a checkout: exactly the documented approve.
+    // Once, by a human, in a checkout: exactly the documented approve, of
+    // the shipped approvals file (its ledger pointed at this test's).
+    let approvals = shipped("ci/approvals.toml").replace(
+        "postgres://ledger.example.internal:5432/governed_exec",
+        &ledger,
+    );
+    std::fs::write(origin.join("ci/approvals.toml"), approvals).unwrap();
     let o = output(
         cmd()
             .current_dir(&origin)
             .args([
                 "approve",
-                "--goal",
-                "ci/goal.json",
-                "--workspace",
-                ".",
+                "--file",
+                "ci/approvals.toml",
                 "--manifest",
                 "ci/manifest.json",
                 "--key",
             ])
-            .arg(&e.key)
-            .args([
-                "--portable",
-                "--ledger",
-                &ledger,
-                "--profile",
-                "long",
-                "--fs-write-scope",
-                "--ttl",
-                "30d",
-                "--uses",
-                "500",
-                "--",
-                "./ci/governed-step.sh",
-                "github",
-            ]),
+            .arg(&e.key),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::fs::copy(&e.trust, origin.join("ci/approver.pub")).unwrap();
@@ -140,6 +142,23 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
         ));
         let clone = e.path(job);
         let state = e.path(&format!("{job}-runner-temp/ge-state"));
+        // The pull-request job: the file agrees with the signed manifest
+        // in a fresh clone at another path (portable leases).
+        let o = output(cmd().current_dir(&clone).args([
+            "approve",
+            "--file",
+            "ci/approvals.toml",
+            "--manifest",
+            "ci/manifest.json",
+            "--check",
+        ]));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{job}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
         let o = output(
             cmd()
                 .current_dir(&clone)

@@ -55,6 +55,9 @@ fn cargo_test_as_a_governed_ci_step_with_the_rustup_recipe() {
     assert!(out.contains("VERIFIED_DONE"), "{out}");
     assert!(out.contains("outcome      exited"), "{out}");
     assert!(out.contains("test tests::adds ... ok"), "{out}");
+    // Approved from an approvals file, which then agrees with the manifest.
+    assert!(out.contains("unchanged         \"cargo-test\""), "{out}");
+    assert!(out.contains("agree: "), "{out}");
     let proxy = std::fs::canonicalize(&cargo)
         .map(|p| p.file_name().is_some_and(|n| n == "rustup"))
         .unwrap_or(false);

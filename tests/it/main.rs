@@ -5,6 +5,7 @@
 #[macro_use]
 mod support;
 
+mod approvals;
 mod attack_identity;
 mod attack_outcomes;
 mod ci_flow;
