@@ -75,7 +75,7 @@ pub fn main(a: &ApproveCmd) -> Result<bool, ApprovalsError> {
         file: shown.clone(),
         message,
     };
-    let bytes = crate::ledger::journal::read_bounded(path, MAX_FILE_BYTES)
+    let bytes = crate::os::safe_io::read_bounded(path, MAX_FILE_BYTES)
         .map_err(|e| file_err(e.to_string()))?;
     let text = String::from_utf8(bytes).map_err(|_| file_err("not UTF-8 text".into()))?;
     let parsed =

@@ -456,7 +456,7 @@ fn a_stalled_lock_holder_neither_hangs_nor_deafens_the_next_run() {
 
     let mut c = e.run_cmd(&[], &["sh", "-c", "echo ran >> ran.txt"]);
     c.env("GOVERNED_EXEC_LOCK_WAIT", "10m");
-    let mut g = RunnerGuard::spawn(c);
+    let g = RunnerGuard::spawn(c);
     std::thread::sleep(std::time::Duration::from_millis(500));
     g.signal("TERM");
     let r = g.finish();
