@@ -467,6 +467,55 @@ fn signing_report(
     }
 }
 
+/// Whether uid `uid` (group `gid`, no supplementary groups, no
+/// capabilities: what `--as-user` leaves) could execute the file the sealed
+/// copy was made from, as the kernel checks it: search on every directory
+/// above it, execute on the file, and read too for a `#!` script (its
+/// interpreter reads it).
+fn child_may_execute(
+    exe: &crate::gate::identity::OpenedExecutable,
+    uid: u32,
+    gid: u32,
+) -> Result<(), String> {
+    let ids = reach::ChildIds {
+        uid,
+        gid,
+        groups: Vec::new(),
+        dac_override: false,
+    };
+    let path = Path::new(&exe.identity.canonical_path);
+    for dir in path.ancestors().skip(1) {
+        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if !ids.may(&meta, 1) {
+            return Err(format!(
+                "--as-user {uid}:{gid} cannot reach {}: no search permission on {} ({}); the child may run only what its uid could run itself",
+                path.display(),
+                dir.display(),
+                reach::mode_text(&meta)
+            ));
+        }
+    }
+    let meta = exe
+        .file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let want = if exe.identity.interpreter.is_some() {
+        5
+    } else {
+        1
+    };
+    if ids.may(&meta, want) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--as-user {uid}:{gid} may not {} {} ({}); the child may run only what its uid could run itself",
+            if want == 5 { "read and execute" } else { "execute" },
+            path.display(),
+            reach::mode_text(&meta)
+        ))
+    }
+}
+
 /// The first channel of `channels` the child could reach, in words.
 fn reachable(prepared: &isolation::Prepared, channels: &[&str]) -> Option<String> {
     prepared
@@ -840,6 +889,14 @@ fn execute(
         Ok(p) => p,
         Err(e) => return refuse_with_lease(&draft, session, Reason::IsolationUnavailable, e),
     };
+    // The sealed copy is executable by anyone; the file it copies may not
+    // be. A child switched to another uid runs only what that uid could
+    // run itself (issue 18, finding 11).
+    if let Some(c) = prepared.creds {
+        if let Err(why) = child_may_execute(&admitted.exe, c.uid, c.gid) {
+            return refuse_with_lease(&draft, session, Reason::ExecFailed, why);
+        }
+    }
     let cgroups = RunCgroups::create(&attempt_id, body.limits.max_processes.limit(), sweep);
     let process_limit =
         match process_limit::choose(body.limits.max_processes, prepared.report.uid, &cgroups) {

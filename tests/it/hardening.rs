@@ -772,3 +772,29 @@ fn a_newline_in_a_file_or_directory_name_adds_no_line_to_the_summary() {
     }
     assert!(summary.contains(r"d\n  sha256"), "{summary}");
 }
+
+/// The sealed copy is executable by anyone: an `--as-user` child ran a
+/// 0700 root-only program (and could read its bytes) that its uid could
+/// never run itself (issue 18, finding 11).
+#[test]
+fn an_as_user_child_runs_only_what_its_uid_could_run() {
+    if !is_root() {
+        skip!("an_as_user_child_runs_only_what_its_uid_could_run: needs root (CI runs as root)");
+        return;
+    }
+    let e = Env::new();
+    std::fs::set_permissions(e.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    for (name, mode) in [("private", 0o700), ("public", 0o755)] {
+        std::fs::copy("/bin/true", e.ws.join(name)).expect("copy");
+        std::fs::set_permissions(e.ws.join(name), std::fs::Permissions::from_mode(mode))
+            .expect("chmod");
+        e.approve(&["--as-user", "65534"], &[&format!("./{name}")]);
+    }
+    let r = e.run(&[], &["./private"]);
+    r.assert_refused("exec_failed");
+    assert!(r.stderr.contains("--as-user 65534"), "{}", r.stderr);
+    assert_eq!(e.journal_executing_count(), 0, "nothing spent");
+    let r = e.run(&[], &["./public"]);
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(r.code, 0);
+}
