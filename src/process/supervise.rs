@@ -129,6 +129,43 @@ impl Mirror {
     }
 }
 
+/// While `--stream` mirrors raw child bytes into a GitHub Actions log, the
+/// runner stops processing workflow commands: a child that prints
+/// `::add-mask::`, `::error::` or `::stop-commands::` would otherwise act on
+/// the job. GitHub's own fence: `::stop-commands::TOKEN` before, `::TOKEN::`
+/// after, with a random token the child never sees (it is in no
+/// environment the child gets). Dropping the fence resumes commands.
+pub struct CommandFence(Option<String>);
+
+impl CommandFence {
+    /// A fence when `mirror` writes raw bytes and governed-exec itself runs
+    /// in GitHub Actions (`GITHUB_ACTIONS=true` in the runner's environment).
+    pub fn open(mirror: Mirror) -> CommandFence {
+        let in_actions = std::env::var("GITHUB_ACTIONS").is_ok_and(|v| v == "true");
+        if mirror != Mirror::Raw || !in_actions {
+            return CommandFence(None);
+        }
+        let mut r = [0u8; 16];
+        if getrandom::getrandom(&mut r).is_err() {
+            // No unpredictable token: mirror the projection instead of raw
+            // bytes would be safer, but the caller already chose; say so.
+            let _ = writeln!(std::io::stderr(), "governed-exec: warning: no random token for ::stop-commands::; the child's output may issue workflow commands");
+            return CommandFence(None);
+        }
+        let token = format!("governed-exec-{}", hex::encode(r));
+        let _ = writeln!(std::io::stderr(), "::stop-commands::{token}");
+        CommandFence(Some(token))
+    }
+}
+
+impl Drop for CommandFence {
+    fn drop(&mut self) {
+        if let Some(token) = &self.0 {
+            let _ = write!(std::io::stderr(), "\n::{token}::\n");
+        }
+    }
+}
+
 /// The size asked for the child's stdout and stderr pipes, and the read
 /// buffer that drains each.
 const OUTPUT_PIPE_BYTES: libc::c_int = 1 << 20;

@@ -1036,14 +1036,18 @@ fn execute(
         mounts: prepared.mounts.as_ref(),
         root_caps_keep: prepared.root_caps_keep,
     };
+    let mirror = supervise::Mirror::for_stderr(mirror);
+    let fence = supervise::CommandFence::open(mirror);
     let result = supervise::run(supervise::Plan {
         spec,
         limits: *l,
-        mirror: supervise::Mirror::for_stderr(mirror),
+        mirror,
         signals,
         cgroups: &cgroups,
         committed: &committed,
     });
+    // Every reader of the child's pipes has ended: workflow commands resume.
+    drop(fence);
     let executing_digest = committed.digest().to_string();
 
     let mut receipt_body = draft.base(not_executed(Reason::ExecFailed, String::new()));

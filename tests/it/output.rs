@@ -130,3 +130,44 @@ fn keep_output_bounds_head_and_tail_together() {
         .unwrap();
     assert!(tail.ends_with(b"4999\n5000\n"));
 }
+
+/// `--stream` in GitHub Actions: the child's `::add-mask::`/`::error::`
+/// lines would act on the job; the mirror is fenced with GitHub's
+/// `::stop-commands::TOKEN` … `::TOKEN::`, a token the child never sees.
+#[test]
+fn stream_in_github_actions_is_fenced_from_workflow_commands() {
+    let e = Env::new();
+    let probe = ["sh", "-c", "echo '::add-mask::hunter2'; echo '::error::forged' >&2; env | grep -c governed-exec- ; true"];
+    e.approve(&["--uses", "2"], &probe);
+    let mut c = e.run_cmd(&["--stream"], &probe);
+    c.env("GITHUB_ACTIONS", "true");
+    let r = finish_run(output(c));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let log = r.stderr.as_str();
+    let start = log
+        .find("::stop-commands::governed-exec-")
+        .expect("fence opened");
+    let token_start = start + "::stop-commands::".len();
+    let token: String = log[token_start..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    let mask = log
+        .find("::add-mask::hunter2")
+        .expect("the child's line is mirrored");
+    let end = log.find(&format!("::{token}::")).expect("fence closed");
+    assert!(start < mask && mask < end, "{log}");
+    assert!(
+        log[..end]
+            .find("::error::forged")
+            .is_some_and(|p| p > start),
+        "{log}"
+    );
+    // The child never saw the token.
+    assert!(!r.stdout_text().contains(&token));
+
+    let mut c = e.run_cmd(&["--stream"], &probe);
+    c.env_remove("GITHUB_ACTIONS");
+    let r = finish_run(output(c));
+    assert!(!r.stderr.contains("::stop-commands::"), "{}", r.stderr);
+}
