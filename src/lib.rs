@@ -108,6 +108,15 @@ pub fn cli_main() -> i32 {
             return usage_error(one_line);
         }
     };
+    // Only `run` reads the handled signals from a signalfd (it forwards them
+    // to its child and writes a receipt). Every other command is a plain
+    // reader or a single atomic write: a SIGTERM or Ctrl-C ends a long
+    // `verify` or `journal verify` at once, as the user expects.
+    if !matches!(cli.command, Command::Run(_)) {
+        if let Err(e) = handled.thread_unblock() {
+            return usage_error(format!("cannot unblock signals: {e}"));
+        }
+    }
     match cli.command {
         Command::Keygen { out } => match operator::keygen(&out) {
             Ok(()) => 0,

@@ -276,3 +276,41 @@ fn a_cross_check_against_another_ledger_than_the_receipts_says_which_one_counted
         String::from_utf8_lossy(&o.stdout)
     );
 }
+
+/// SIGTERM/SIGINT were blocked in every subcommand (only `run` reads them,
+/// from a signalfd), so a long `verify` could not be interrupted (issue 18).
+#[test]
+fn a_verify_waiting_on_its_input_ends_at_sigterm() {
+    let e = Env::new();
+    let receipt = e.path("r.json");
+    std::fs::write(&receipt, "{}").expect("receipt");
+    // --trust is this process's own pipe, which stays open for 30 s.
+    let script = format!(
+        "exec 3< <(sleep 30); exec {} verify --goal {} --receipt {} --trust /dev/fd/3",
+        BIN,
+        e.goal.display(),
+        receipt.display()
+    );
+    let mut child = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("verify ignored SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+}
