@@ -285,6 +285,30 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     spec.stdout_fd = out_w.as_raw_fd();
     spec.stderr_fd = err_w.as_raw_fd();
 
+    // The readers exist before the child does: once a fork storm fills an
+    // enclosing pids.max the runner could no longer create a thread, and a
+    // run whose output is not drained cannot be confirmed (it was `unknown`
+    // with EAGAIN). If the spawn fails, returning drops the write ends and
+    // the readers see EOF at once.
+    let budget = Arc::new(OutputBudget {
+        total: AtomicU64::new(0),
+        cap: limits.output_cap_bytes,
+        tripped: AtomicBool::new(false),
+        notify: File::from(note_w),
+    });
+    let (tx, rx) = mpsc::channel::<(usize, StreamCapture)>();
+    for (idx, pipe) in [out_r, err_r].into_iter().enumerate() {
+        let tx = tx.clone();
+        let budget = budget.clone();
+        let keep = limits.keep_output_bytes;
+        std::thread::Builder::new()
+            .name(format!("drain-{idx}"))
+            .spawn(move || {
+                let cap = drain(File::from(pipe), keep, budget, mirror);
+                let _ = tx.send((idx, cap));
+            })?;
+    }
+    drop(tx);
     let started = SystemTime::now();
     let t0 = Instant::now();
     if crate::testing::fault::fail("spawn_enosys") {
@@ -316,26 +340,6 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     let kernel_view = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| KernelView::from_status(&s));
-
-    let budget = Arc::new(OutputBudget {
-        total: AtomicU64::new(0),
-        cap: limits.output_cap_bytes,
-        tripped: AtomicBool::new(false),
-        notify: File::from(note_w),
-    });
-    let (tx, rx) = mpsc::channel::<(usize, StreamCapture)>();
-    for (idx, pipe) in [out_r, err_r].into_iter().enumerate() {
-        let tx = tx.clone();
-        let budget = budget.clone();
-        let keep = limits.keep_output_bytes;
-        std::thread::Builder::new()
-            .name(format!("drain-{idx}"))
-            .spawn(move || {
-                let cap = drain(File::from(pipe), keep, budget, mirror);
-                let _ = tx.send((idx, cap));
-            })?;
-    }
-    drop(tx);
 
     let deadline = t0 + Duration::from_millis(limits.wall_time_ms);
     let ending = wait_for_ending(main, &pidfd, signals, &note_r, deadline)?;
