@@ -26,6 +26,7 @@ mod outcomes;
 mod output;
 mod pipeline;
 mod portable;
+mod resources;
 mod rootchild;
 mod speed;
 mod supervision;
