@@ -173,9 +173,10 @@ pub struct CounterDirs<'a> {
 pub const MAX_V1_JOINS: usize = crate::os::sys::MAX_V1_TASKS;
 
 /// A throttle rule no device reaches (1 PiB/s). Since Linux 6.x blk-throttle
-/// counts a cgroup's bytes (`blkio.throttle.io_service_bytes`) only on a
-/// disk where some group has a rule; `u64::MAX` means "no rule", so a huge
-/// finite bound turns accounting on without limiting anything.
+/// counts a cgroup's bytes (`blkio.throttle.io_service_bytes`, reads and
+/// writes) only on a disk where some group has a rule; `u64::MAX` means "no
+/// rule", so a huge finite write bound turns accounting on without limiting
+/// anything. One rule per disk is enough.
 const BLKIO_ACCOUNTING_BPS: u64 = 1 << 50;
 
 /// Give every non-empty disk a never-reached throttle rule in `dir`, so the
@@ -194,18 +195,10 @@ fn enable_blkio_accounting(dir: &Path) -> Result<(), String> {
         if empty {
             continue;
         }
-        for file in [
-            "blkio.throttle.read_bps_device",
-            "blkio.throttle.write_bps_device",
-        ] {
-            let rule = format!("{} {BLKIO_ACCOUNTING_BPS}", dev.trim());
-            let wrote = OpenOptions::new()
-                .write(true)
-                .open(dir.join(file))
-                .and_then(|mut f| f.write_all(rule.as_bytes()));
-            if let Err(e) = wrote {
-                failed.push(format!("{file} {}: {e}", dev.trim()));
-            }
+        let file = "blkio.throttle.write_bps_device";
+        let rule = format!("{} {BLKIO_ACCOUNTING_BPS}", dev.trim());
+        if let Err(e) = write_file(dir, file, &rule) {
+            failed.push(format!("{file} {}: {e}", dev.trim()));
         }
     }
     if failed.is_empty() {
@@ -420,19 +413,26 @@ impl RunCgroups {
         memory: Option<u64>,
         sweep: bool,
     ) {
-        const WANTED: [&str; 3] = ["memory", "cpuacct", "blkio"];
+        // CPU comes from the v2 group's `cpu.stat` when there is one (every
+        // v2 group keeps it, with or without the cpu controller): a v1
+        // cpuacct group would only add its mkdir/rmdir to every run.
+        let wanted: &[&str] = if self.track.is_some() {
+            &["memory", "blkio"]
+        } else {
+            &["memory", "cpuacct", "blkio"]
+        };
         for (mount, fstype, opts, root) in mounts {
             let ctrls: Vec<&str> = opts.split(',').collect();
             if fstype != "cgroup"
                 || ctrls.contains(&"pids")
-                || !WANTED.iter().any(|w| ctrls.contains(w))
+                || !wanted.iter().any(|w| ctrls.contains(w))
                 || self.extra_v1.iter().any(|g| g.controllers == *opts)
             {
                 continue;
             }
             let Some(own) = own_path(|c| {
                 let cs: Vec<&str> = c.split(',').collect();
-                WANTED.iter().any(|w| cs.contains(w) && ctrls.contains(w))
+                wanted.iter().any(|w| cs.contains(w) && ctrls.contains(w))
             }) else {
                 continue;
             };
