@@ -443,3 +443,55 @@ fn a_resources_criterion_is_a_closed_shape_with_at_least_one_bound() {
         assert!(err.contains(needle), "{criterion}: {err}");
     }
 }
+
+#[test]
+fn a_non_root_runner_without_a_delegated_cgroup_falls_back_and_doctor_agrees() {
+    if !is_root() {
+        skip!("a_non_root_runner…: needs root to drop to uid 65534 with setpriv");
+        return;
+    }
+    let (e, bin) = unprivileged_env();
+    let probe = [
+        "sh",
+        "-c",
+        "ulimit -v; python3 -c 'import time\nwhile time.process_time() < 0.2: pass'",
+    ];
+    let o = output_settled(as_nobody(
+        &bin,
+        &e.approve_cmd(&["--memory", "512MiB"], &probe),
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = finish_run(output_settled(as_nobody(&bin, &e.run_cmd(&[], &probe))));
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+    let p = r.predicate();
+    assert_eq!(
+        p["isolation"]["memory_limit"], "rlimit_as",
+        "{}",
+        p["isolation"]
+    );
+    // RLIMIT_AS in KiB, read back by the child itself.
+    assert!(
+        r.stdout_text().starts_with("524288\n"),
+        "{}",
+        r.stdout_text()
+    );
+    let res = resources(&r);
+    assert_eq!(res["mechanism"], "rusage", "{res}");
+    let cpu = res["cpu_user_ms"].as_u64().unwrap() + res["cpu_system_ms"].as_u64().unwrap();
+    assert!(cpu >= 200, "{res}");
+    assert!(res["peak_processes"].is_null() && res["peak_processes_why"].is_string());
+
+    let mut dc = cmd();
+    dc.args(["doctor", "--json"]);
+    let o = output_settled(as_nobody(&bin, &dc));
+    let d: Value = serde_json::from_slice(&o.stdout).expect("doctor --json");
+    let check = |name: &str| {
+        d["checks"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["name"] == name))
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(check("memory")["mechanism"], "rlimit_as", "{d}");
+    assert_eq!(check("resource_accounting")["mechanism"], "rusage", "{d}");
+}
