@@ -343,6 +343,76 @@ mod tests {
         assert_eq!(key_value("user 150\nsystem 20\n", "system"), Some(20));
     }
 
+    /// A v2 group as the kernel lays it out (memory, io and pids enabled),
+    /// for machines that have none: the whole read path, end to end.
+    #[test]
+    fn a_v2_group_on_fixture_files_reads_as_cgroup_v2() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for (f, text) in [
+            (
+                "cpu.stat",
+                "usage_usec 1500000\nuser_usec 1200000\nsystem_usec 300000\n",
+            ),
+            ("memory.peak", "314572800\n"),
+            (
+                "memory.events",
+                "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n",
+            ),
+            (
+                "io.stat",
+                "254:0 rbytes=0 wbytes=67108864 rios=0 wios=64 dbytes=0 dios=0\n",
+            ),
+            ("pids.peak", "21\n"),
+        ] {
+            std::fs::write(d.join(f), text).unwrap();
+        }
+        let ctrls = ["memory", "io", "pids"].map(String::from).to_vec();
+        let dirs = CounterDirs {
+            v2: Some((d, ctrls)),
+            memory_v1: None,
+            cpuacct_v1: None,
+            blkio_v1: None,
+            pids_v1: None,
+        };
+        let c = read_counters(&dirs).unwrap();
+        assert_eq!(c.mechanism, "cgroup_v2");
+        assert_eq!((c.cpu_user_ms, c.cpu_system_ms), (Some(1200), Some(300)));
+        assert_eq!(c.peak_memory, Ok(300 << 20));
+        assert_eq!(c.io, Ok((0, 64 << 20)));
+        assert_eq!(c.peak_processes, Ok(21));
+        assert_eq!(c.oom_kills, Ok(1));
+
+        // The same group on a kernel before memory.peak (5.19) and without
+        // the io controller: those figures are unknown, with the reason.
+        std::fs::remove_file(d.join("memory.peak")).unwrap();
+        let dirs = CounterDirs {
+            v2: Some((d, vec!["memory".into(), "pids".into()])),
+            memory_v1: None,
+            cpuacct_v1: None,
+            blkio_v1: None,
+            pids_v1: None,
+        };
+        let c = read_counters(&dirs).unwrap();
+        assert!(c.peak_memory.as_ref().unwrap_err().contains("memory.peak"));
+        assert!(c.io.as_ref().unwrap_err().contains("io"));
+        let r = resources(Some(c), &ru(), &limits(), 5, 0);
+        assert_eq!(r.peak_memory_bytes, None);
+        assert!(r.peak_memory_bytes_why.unwrap().contains("memory.peak"));
+    }
+
+    #[test]
+    fn no_group_at_all_is_none() {
+        let dirs = CounterDirs {
+            v2: None,
+            memory_v1: None,
+            cpuacct_v1: None,
+            blkio_v1: None,
+            pids_v1: None,
+        };
+        assert!(read_counters(&dirs).is_none());
+    }
+
     fn limits() -> Limits {
         crate::process::limits::tier(crate::model::Profile::Short)
     }

@@ -701,3 +701,54 @@ pub fn pids_mount_writable() -> bool {
         pids && pre.get(5).is_some_and(|o| o.split(',').any(|x| x == "rw"))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The v2 limit on fixture files (this machine's memory controller is
+    /// v1): `memory.max` gets the bytes and swap is shut off.
+    #[test]
+    fn memory_v2_limit_writes_max_and_no_swap() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // Empty files: cgroupfs takes each write whole, a regular file
+        // would keep the tail of a longer old value.
+        std::fs::write(d.join("memory.max"), "").unwrap();
+        std::fs::write(d.join("memory.swap.max"), "").unwrap();
+        limit_memory_v2(d, 512 << 20).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.join("memory.max")).unwrap(),
+            "536870912"
+        );
+        assert_eq!(
+            std::fs::read_to_string(d.join("memory.swap.max")).unwrap(),
+            "0"
+        );
+        // No swap accounting (no memory.swap.max): the limit alone.
+        std::fs::remove_file(d.join("memory.swap.max")).unwrap();
+        limit_memory_v2(d, 1 << 30).unwrap();
+        assert!(!d.join("memory.swap.max").exists());
+        // A group without the file is no memory group: an error, not a pass.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(limit_memory_v2(empty.path(), 1 << 30)
+            .unwrap_err()
+            .contains("memory.max"));
+    }
+
+    #[test]
+    fn memory_v1_limit_writes_memsw_where_swap_is_accounted() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("memory.limit_in_bytes"), "").unwrap();
+        std::fs::write(d.join("memory.memsw.limit_in_bytes"), "").unwrap();
+        limit_memory_v1(d, 256 << 20).unwrap();
+        for f in ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"] {
+            assert_eq!(
+                std::fs::read_to_string(d.join(f)).unwrap(),
+                "268435456",
+                "{f}"
+            );
+        }
+    }
+}

@@ -393,7 +393,7 @@ fn a_resources_criterion_fails_verify_with_a_line_naming_the_limit_and_the_figur
     }
 
     let tight = goal_with(
-        r#"{ "kind": "resources", "peak_memory_at_most": "1MiB", "wall_time_at_most": "1ms" }"#,
+        r#"{ "kind": "resources", "peak_memory_at_most": "1MiB", "cpu_time_at_most": "1ms", "wall_time_at_most": "1ms" }"#,
     );
     let (code, text) = verify_against(&e, &tight, &receipt);
     assert_eq!(
@@ -407,6 +407,19 @@ fn a_resources_criterion_fails_verify_with_a_line_naming_the_limit_and_the_figur
         .unwrap_or_else(|| panic!("no wall time line: {text}"));
     let took = r.predicate()["duration_ms"].as_u64().unwrap();
     assert!(wall.contains(&format!("({took} ms)")), "{wall}");
+    let res = resources(&r);
+    let cpu = res["cpu_user_ms"].as_u64().unwrap() + res["cpu_system_ms"].as_u64().unwrap();
+    let cpu_line = text
+        .lines()
+        .find(|l| l.contains("cpu_time_at_most 1ms"))
+        .unwrap_or_else(|| panic!("no cpu time line: {text}"));
+    assert!(
+        cpu_line.contains(&format!(
+            "{} ms user + {} ms system",
+            res["cpu_user_ms"], res["cpu_system_ms"]
+        )) && cpu > 1,
+        "{cpu_line}"
+    );
     let mem = text
         .lines()
         .find(|l| l.contains("peak_memory_at_most 1MiB"))
