@@ -12,7 +12,7 @@ use nix::sys::resource::{getrlimit, Resource};
 use serde::Serialize;
 
 use crate::model::{MaxProcesses, Profile};
-use crate::os::sys;
+use crate::os::sys::{self, CAP_SYS_RESOURCE};
 use crate::process::accounting;
 use crate::process::cgroup::{self, RunCgroups};
 use crate::process::isolation;
@@ -66,9 +66,6 @@ fn check(name: &'static str, r: Result<(String, String), String>) -> Check {
         },
     }
 }
-
-/// `CAP_SYS_RESOURCE`: raise a hard rlimit.
-const CAP_SYS_RESOURCE: u32 = 24;
 
 /// Whether the child could set `resource` to the largest tier's value: a
 /// hard limit can only be lowered without `CAP_SYS_RESOURCE`.

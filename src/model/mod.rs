@@ -1004,6 +1004,11 @@ pub struct IsolationReport {
     /// per process). Absent in receipts written before v1.2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_limit: Option<String>,
+    /// Whether the child could have escaped that mechanism: a uid-0 child
+    /// that can reach cgroupfs can move itself out of the memory group, and
+    /// one with `CAP_SYS_RESOURCE` can raise its hard `RLIMIT_AS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_evadable: Option<bool>,
     /// The capabilities a uid-0 child kept after the drop that isolation
     /// requires (CONTRACT §7); `None`: governed-exec did not change them.
     #[serde(default)]

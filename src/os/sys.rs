@@ -135,6 +135,9 @@ pub fn ignored_signals() -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// `CAP_SYS_RESOURCE`: raise a hard rlimit.
+pub const CAP_SYS_RESOURCE: u32 = 24;
+
 /// Whether this process holds `cap` in its effective set.
 pub fn has_effective_capability(cap: u32) -> bool {
     std::fs::read_to_string("/proc/self/status")

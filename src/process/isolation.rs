@@ -408,6 +408,7 @@ pub fn prepare(
         process_limit_evadable: false,
         // Set by `run` from the run's cgroups.
         memory_limit: None,
+        memory_limit_evadable: None,
         capabilities_kept: if creds.is_some() {
             Some(vec![])
         } else {

@@ -792,13 +792,24 @@ fn execute(
     // run; only without one does the v1.1 limit on each process's virtual
     // address space apply (it would break programs that reserve large
     // ranges they never touch: JVMs, V8, ASan).
-    match cgroups.memory_limit() {
-        Some(kind) => prepared.report.memory_limit = Some(kind.into()),
+    let covered = prepared.mounts.is_some() && root_child_guarded(&prepared);
+    let uid = prepared.report.uid;
+    let evadable = match cgroups.memory_limit() {
+        Some(kind) => {
+            prepared.report.memory_limit = Some(kind.into());
+            cgroups.leavable_by(uid, covered)
+        }
         None => {
             rlimits.push((libc::RLIMIT_AS, l.memory_bytes));
             prepared.report.memory_limit = Some("rlimit_as".into());
+            // Only CAP_SYS_RESOURCE raises a hard limit: a uid-0 child
+            // keeps it unless isolation dropped its capabilities.
+            uid == 0
+                && prepared.report.capabilities_kept.is_none()
+                && crate::os::sys::has_effective_capability(crate::os::sys::CAP_SYS_RESOURCE)
         }
-    }
+    };
+    prepared.report.memory_limit_evadable = Some(evadable);
     if let Some(n) = process_limit.rlimit_nproc {
         rlimits.push((libc::RLIMIT_NPROC, n));
     }

@@ -85,6 +85,8 @@ fn a_64_gib_prot_none_reservation_using_50_mib_runs_under_a_512_mib_memory_cgrou
     );
     let p = r.predicate();
     assert_eq!(p["isolation"]["memory_limit"], mech.as_str());
+    // A uid-0 child with every capability could move itself out.
+    assert_eq!(p["isolation"]["memory_limit_evadable"], true);
     let res = resources(&r);
     let peak = res["peak_memory_bytes"].as_u64().expect("peak memory");
     assert!((50 * MIB..512 * MIB).contains(&peak), "{res}");
@@ -258,6 +260,19 @@ fn peak_processes_of_a_20_process_fork_is_at_least_20() {
     }
 }
 
+/// Whether this (root) process holds CAP_SYS_RESOURCE, which the child
+/// inherits when no isolation option drops it.
+fn has_cap_sys_resource() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|m| m & (1 << 24) != 0)
+}
+
 /// `inner` as root in a private mount namespace where every cgroup mount
 /// is read-only (Docker's default): no per-run group can be made.
 fn in_readonly_cgroupfs(inner: &Command) -> Command {
@@ -293,6 +308,14 @@ fn a_readonly_cgroupfs_falls_back_to_rlimit_as_and_rusage_and_doctor_agrees() {
     let p = r.predicate();
     assert_eq!(
         p["isolation"]["memory_limit"], "rlimit_as",
+        "{}",
+        p["isolation"]
+    );
+    // Root with CAP_SYS_RESOURCE could raise its hard RLIMIT_AS (this
+    // machine's root may lack it: then it could not).
+    assert_eq!(
+        p["isolation"]["memory_limit_evadable"],
+        has_cap_sys_resource(),
         "{}",
         p["isolation"]
     );
@@ -482,6 +505,7 @@ fn a_non_root_runner_without_a_delegated_cgroup_falls_back_and_doctor_agrees() {
         "{}",
         p["isolation"]
     );
+    assert_eq!(p["isolation"]["memory_limit_evadable"], false);
     // RLIMIT_AS in KiB, read back by the child itself.
     assert!(
         r.stdout_text().starts_with("524288\n"),
@@ -507,4 +531,31 @@ fn a_non_root_runner_without_a_delegated_cgroup_falls_back_and_doctor_agrees() {
     };
     assert_eq!(check("memory")["mechanism"], "rlimit_as", "{d}");
     assert_eq!(check("resource_accounting")["mechanism"], "rusage", "{d}");
+}
+
+#[test]
+fn a_child_of_another_uid_is_held_by_the_memory_cgroup_and_cannot_leave_it() {
+    if memory_cgroup("a_child_of_another_uid_is_held_by_the_memory_cgroup_and_cannot_leave_it")
+        .is_none()
+    {
+        return;
+    }
+    let e = Env::new();
+    // uid 65534 tries to leave: it writes itself into the top `tasks` and
+    // `cgroup.procs` of every hierarchy; each write must fail, and the
+    // limit then still holds for its child.
+    let probe = [
+        "sh",
+        "-c",
+        "for m in /sys/fs/cgroup/*; do for f in \"$m/cgroup.procs\" \"$m/tasks\"; do [ -e \"$f\" ] && (echo $$ > \"$f\") 2>/dev/null && echo LEFT $f; done; done; \
+         python3 -c \"b = b'x' * (600 << 20)\"; echo child=$?",
+    ];
+    let r = approve_and_run(&e, &["--as-user", "65534", "--memory", "512MiB"], &probe);
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+    let t = r.stdout_text();
+    assert!(!t.contains("LEFT"), "{t}");
+    assert!(t.contains("child=137"), "the limit did not hold: {t}");
+    let iso = &r.predicate()["isolation"];
+    assert_eq!(iso["memory_limit_evadable"], false, "{iso}");
+    assert_eq!(resources(&r)["oom_kills"], 1);
 }
