@@ -396,9 +396,28 @@ fn check_resources(
     };
     let r = &p.resources;
     let mut out = Vec::new();
+    // A figure read from the run's cgroups proves an upper bound only if no
+    // process of the run could have left them (CONTRACT §7): one that left
+    // is no longer counted.
+    let unproven = (p.cleanup.evadable && r.mechanism.starts_with("cgroup")).then(|| {
+        format!(
+            "is not proof: a process of the run could have left the run's cgroups ({})",
+            if p.cleanup.evadable_why.is_empty() {
+                "cleanup.evadable"
+            } else {
+                p.cleanup.evadable_why.as_str()
+            }
+        )
+    });
     if let (Some(max), Some(text)) = (bounds.peak_memory_bytes, memory) {
         match r.peak_memory_bytes {
-            Some(used) if used <= max => {}
+            Some(used) if used <= max => {
+                if let Some(why) = &unproven {
+                    out.push(format!(
+                        "resources: peak_memory_at_most {text}: the run's peak memory of {used} bytes {why}"
+                    ));
+                }
+            }
             Some(used) => out.push(format!(
                 "resources: peak_memory_at_most {text}: the run's peak memory was {} ({used} bytes, {})",
                 units::format_size_approx(used),
@@ -412,6 +431,11 @@ fn check_resources(
     }
     if let (Some(max), Some(text)) = (bounds.cpu_time_ms, cpu) {
         let used = r.cpu_time_ms();
+        if let (true, Some(why)) = (used <= max, &unproven) {
+            out.push(format!(
+                "resources: cpu_time_at_most {text}: the run's CPU time of {used} ms {why}"
+            ));
+        }
         if used > max {
             out.push(format!(
                 "resources: cpu_time_at_most {text}: the run used {} of CPU ({} ms user + {} ms system, {})",

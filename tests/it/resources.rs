@@ -397,10 +397,17 @@ fn a_resources_criterion_fails_verify_with_a_line_naming_the_limit_and_the_figur
         "-c",
         "import time; b = b'x' * (20 << 20); t = time.time()\nwhile time.time() - t < 0.05: pass",
     ];
-    let (r, receipt) = {
-        e.approve(&[], &probe);
-        e.run_to_file("r.json", &probe)
+    // A child of another uid cannot leave the run's cgroups, so their
+    // figures count (a uid-0 child's do not: below).
+    let as_user: &[&str] = if is_root() {
+        &["--as-user", "65534"]
+    } else {
+        &[]
     };
+    e.approve(as_user, &probe);
+    let r = e.run(&[], &probe);
+    let receipt = e.path("r.json");
+    std::fs::write(&receipt, &r.stdout).unwrap();
     assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
     let has_peak = resources(&r)["peak_memory_bytes"].is_u64();
     let (code, text) = verify_against(&e, &wide, &receipt);
@@ -413,6 +420,22 @@ fn a_resources_criterion_fails_verify_with_a_line_naming_the_limit_and_the_figur
     } else {
         // Without a memory cgroup the receipt cannot prove a memory bound.
         assert!(text.contains("peak_memory_at_most 2GiB"), "{text}");
+    }
+    if is_root() && has_peak {
+        // The same run by a uid-0 child with every capability: the figures
+        // are under the bounds, yet they prove nothing.
+        e.approve(&[], &probe);
+        let (root_run, root_receipt) = e.run_to_file("root.json", &probe);
+        assert_eq!(root_run.predicate()["cleanup"]["evadable"], true);
+        let (code, text) = verify_against(&e, &wide, &root_receipt);
+        assert_eq!(code, 1, "{text}");
+        for bound in ["peak_memory_at_most 2GiB", "cpu_time_at_most 10m"] {
+            assert!(
+                text.lines()
+                    .any(|l| l.contains(bound) && l.contains("is not proof")),
+                "{bound}: {text}"
+            );
+        }
     }
 
     let tight = goal_with(
