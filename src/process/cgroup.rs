@@ -13,8 +13,9 @@
 //!   `memory.memsw.limit_in_bytes` where swap is accounted) enforces the
 //!   lease's `memory_bytes` on the resident memory of the whole run
 //!   (CONTRACT §9); without one, `run` falls back to `RLIMIT_AS`;
-//! - on a v1 or hybrid machine, `cpuacct` and `blkio` groups account the
-//!   run's CPU and IO (read once at the end, see `process::accounting`).
+//! - on a v1 or hybrid machine, a `blkio` group (and a `cpuacct` group
+//!   where there is no v2 group, whose `cpu.stat` serves) accounts the
+//!   run's IO and CPU (read once at the end, see `process::accounting`).
 //!
 //! Joining is on the hot path, so it avoids migrating a thread group (which
 //! waits for an RCU grace period, ~10-20 ms here): the child is born in the
@@ -405,8 +406,9 @@ impl RunCgroups {
         out
     }
 
-    /// The v1 `memory`, `cpuacct` and `blkio` groups (one per hierarchy;
-    /// a hierarchy the pids group already covers is not joined twice).
+    /// The v1 `memory`, `blkio` and (without a v2 group) `cpuacct` groups,
+    /// one per hierarchy; a hierarchy the pids group already covers is not
+    /// joined twice.
     fn create_extra_v1(
         &mut self,
         mounts: &[(PathBuf, String, String, String)],
