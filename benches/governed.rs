@@ -11,7 +11,9 @@
 //! current one in the fixed-cost figures, with its own manifest and state.
 //!
 //! Also `--rss-of CMD [ARG...]`: run CMD and print the peak RSS (KiB) of it
-//! and its descendants, so each RSS figure belongs to one command alone.
+//! and its descendants, so each RSS figure belongs to one command alone;
+//! and `--accounting-only [--reps N]`: only figure 8, the per-run cost of
+//! reading a run's resource counters (no binary needed).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -303,6 +305,16 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--rss-of") {
         rss_of(&args[i + 1..]);
     }
+    if args.iter().any(|a| a == "--accounting-only") {
+        // No binary needed: the figure calls the library (issue 21).
+        let mut o = parse_opts(vec!["--bin".into(), "-".into(), "--quick".into()]);
+        if let Some(i) = args.iter().position(|a| a == "--reps") {
+            o.reps = args[i + 1].parse().expect("--reps N");
+        }
+        let mut rep = Report { targets: vec![] };
+        accounting_cost(&o, &mut rep);
+        return;
+    }
     let o = parse_opts(args);
     std::fs::create_dir_all(&o.dir).expect("bench dir");
     let f = Fixture {
@@ -431,6 +443,7 @@ fn main() {
     }
 
     cheap_wins(&f, &o);
+    accounting_cost(&o, &mut rep);
 
     // 2. Flat in journal length: grow one goal's journal to history-100
     //    runs, then interleave its last 100 runs with the first 100 runs of
@@ -828,5 +841,80 @@ fn other_figures(f: &Fixture) {
         sizes[1],
         ms(m[0]),
         ms(m[1])
+    );
+}
+
+/// Issue 21: the per-run cost of reading the run's resources from its
+/// cgroups (one pass over the counter files, done once after cleanup),
+/// side by side with the `getrusage` it adds to, in this process, on groups
+/// made exactly as `run` makes them, that a real process ran in. Also how
+/// long making and removing the run's groups takes (informative).
+fn accounting_cost(o: &Opts, rep: &mut Report) {
+    use governed_exec::process::accounting;
+    use governed_exec::process::cgroup::RunCgroups;
+    let id = format!("bench-{}", std::process::id());
+    let groups = RunCgroups::create(&id, Some(1024), Some(2 << 30), false);
+    let dirs = groups.counter_dirs();
+    let mut joins: Vec<PathBuf> = [dirs.memory_v1, dirs.cpuacct_v1, dirs.blkio_v1, dirs.pids_v1]
+        .into_iter()
+        .flatten()
+        .map(|d| d.join("tasks"))
+        .collect();
+    if let Some((d, _)) = &dirs.v2 {
+        joins.push(d.join("cgroup.procs"));
+    }
+    if joins.is_empty() {
+        println!("8. resource accounting: SKIP, no cgroup can be made here (not root, or a read-only cgroupfs)");
+        return;
+    }
+    // A process that joins every group, touches a little memory and IO,
+    // and exits: the counters then hold real figures.
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg("for f in \"$@\"; do echo $$ > \"$f\"; done; head -c 4M /dev/zero | cat > /dev/null")
+        .arg("sh")
+        .args(&joins)
+        .status()
+        .expect("sh");
+    assert!(st.success());
+    let reps = o.reps * 10;
+    let mut read = Vec::with_capacity(reps);
+    let mut rusage = Vec::with_capacity(reps);
+    let mut sample = None;
+    for _ in 0..reps {
+        let t = Instant::now();
+        sample = accounting::read_counters(&groups.counter_dirs());
+        read.push(t.elapsed());
+        let t = Instant::now();
+        let _ = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN);
+        rusage.push(t.elapsed());
+    }
+    let (r, g) = (median(read), median(rusage));
+    let mechanism = sample.as_ref().map_or("rusage", |c| c.mechanism);
+    println!(
+        "8. resource accounting ({mechanism}), {reps} rounds side by side: read the run's counters {:.3} ms vs getrusage {:.3} ms",
+        ms(r),
+        ms(g)
+    );
+    rep.target(
+        "reading a run's resource counters <= 0.1 ms",
+        format!("{:.3} ms ({mechanism}; getrusage {:.4} ms)", ms(r), ms(g)),
+        r <= Duration::from_micros(100),
+    );
+    drop(groups);
+    let mut make = Vec::new();
+    for i in 0..o.reps.min(50) {
+        let t = Instant::now();
+        drop(RunCgroups::create(
+            &format!("{id}-{i}"),
+            Some(1024),
+            Some(2 << 30),
+            false,
+        ));
+        make.push(t.elapsed());
+    }
+    println!(
+        "   (informative) make and remove the run's groups as `run` does (v2, pids, memory with its limit, blkio with its rule; cpuacct without a v2 group): {:.3} ms median",
+        ms(median(make))
     );
 }

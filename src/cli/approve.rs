@@ -525,7 +525,7 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
     line("profile", b.request.profile.to_string());
     let l = &b.limits;
     line("limits", format!(
-        "wall time {}, kill grace {}, cancel grace {}, cpu time {}s, memory (address space) {}, processes {}, open files {}, file size {}, kept output {} per stream (half head, half tail), output cap {}",
+        "wall time {}, kill grace {}, cancel grace {}, cpu time {}s, memory {} (the run's memory cgroup where one can be made, else address space per process), processes {}, open files {}, file size {}, kept output {} per stream (half head, half tail), output cap {}",
         format_ms(l.wall_time_ms), format_ms(l.kill_grace_ms), format_ms(l.cancel_grace_ms), l.cpu_time_s, format_size(l.memory_bytes),
         l.max_processes, l.max_open_files, format_size(l.max_file_size_bytes), format_size(l.keep_output_bytes), format_size(l.output_cap_bytes)
     ));

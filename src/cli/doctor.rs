@@ -12,7 +12,8 @@ use nix::sys::resource::{getrlimit, Resource};
 use serde::Serialize;
 
 use crate::model::{MaxProcesses, Profile};
-use crate::os::sys;
+use crate::os::sys::{self, CAP_SYS_RESOURCE};
+use crate::process::accounting;
 use crate::process::cgroup::{self, RunCgroups};
 use crate::process::isolation;
 use crate::process::limits::tier;
@@ -65,9 +66,6 @@ fn check(name: &'static str, r: Result<(String, String), String>) -> Check {
         },
     }
 }
-
-/// `CAP_SYS_RESOURCE`: raise a hard rlimit.
-const CAP_SYS_RESOURCE: u32 = 24;
 
 /// Whether the child could set `resource` to the largest tier's value: a
 /// hard limit can only be lowered without `CAP_SYS_RESOURCE`.
@@ -142,7 +140,12 @@ pub fn report() -> Report {
     // The same groups `run` makes, made and removed again.
     let probe_id = crate::run::new_id("doctor");
     let largest = tier(Profile::Long).max_processes.limit();
-    let cgroups = RunCgroups::create(&probe_id, largest, false);
+    let cgroups = RunCgroups::create(
+        &probe_id,
+        largest,
+        Some(tier(Profile::Long).memory_bytes),
+        false,
+    );
     checks.push(check(
         "pids_cgroup",
         match cgroups.process_limit() {
@@ -173,13 +176,52 @@ pub fn report() -> Report {
     // deadline and output cap.
     let long = tier(Profile::Long);
     let can_raise = euid == 0 && sys::has_effective_capability(CAP_SYS_RESOURCE);
-    for (name, resource, rlimit, largest) in [
-        (
+    // CONTRACT §9: a memory cgroup where `run` can make one, else RLIMIT_AS.
+    checks.push(match cgroups.memory_limit() {
+        Some(kind) => check(
             "memory",
-            Resource::RLIMIT_AS,
-            "rlimit_as",
-            long.memory_bytes,
+            Ok((
+                kind.into(),
+                "a memory cgroup per run limits the resident memory of the whole run (no swap); an OOM kill of the main process is `memory_limit_reaped` (exit 121)".into(),
+            )),
         ),
+        None => {
+            let why = if cgroups.memory_notes().is_empty() {
+                "no memory cgroup could be made".to_string()
+            } else {
+                cgroups.memory_notes().join("; ")
+            };
+            let mut c = check(
+                "memory",
+                rlimit_check(Resource::RLIMIT_AS, "rlimit_as", long.memory_bytes, can_raise),
+            );
+            c.detail = format!(
+                "{why}: falls back to RLIMIT_AS (virtual address space of each process, not resident memory); {}",
+                c.detail
+            );
+            c
+        }
+    });
+    checks.push(check(
+        "resource_accounting",
+        Ok(match accounting::read_counters(&cgroups.counter_dirs()) {
+            Some(c) => (
+                c.mechanism.into(),
+                format!(
+                    "read once from the run's cgroups at its end: CPU of every process, {}, {}, {}, {}",
+                    c.peak_memory.as_ref().map_or_else(|e| format!("no peak memory ({e})"), |_| "peak memory".into()),
+                    c.io.as_ref().map_or_else(|e| format!("no IO bytes ({e})"), |_| "IO bytes".into()),
+                    c.peak_processes.as_ref().map_or_else(|e| format!("no peak processes ({e})"), |_| "peak processes".into()),
+                    c.oom_kills.as_ref().map_or_else(|e| format!("no OOM kills ({e})"), |_| "OOM kills".into()),
+                ),
+            ),
+            None => (
+                "rusage".into(),
+                "no cgroup can be made for a run here: the receipt has the children's getrusage (CPU and IO of the processes waited for, the largest process's peak RSS) and says why the other figures are null".into(),
+            ),
+        }),
+    ));
+    for (name, resource, rlimit, largest) in [
         (
             "cpu_time",
             Resource::RLIMIT_CPU,

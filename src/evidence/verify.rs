@@ -14,10 +14,10 @@ use serde::Serialize;
 use crate::evidence::sign;
 use crate::gate::identity;
 use crate::ledger::journal::Event;
-use crate::model::goal::{self, LoadedGoal};
+use crate::model::goal::{self, LoadedGoal, ResourceBounds};
 use crate::model::{
-    parse_json, CleanupState, Criterion, OutcomeClass, Statement, DSSE_PAYLOAD_TYPE,
-    PREDICATE_TYPE, RECEIPT_SCHEMA, STATEMENT_TYPE,
+    parse_json, units, CleanupState, Criterion, OutcomeClass, ReceiptBody, Statement,
+    DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, RECEIPT_SCHEMA, STATEMENT_TYPE,
 };
 
 #[derive(Debug, Serialize)]
@@ -346,6 +346,16 @@ fn judge_authentic(
                 }
             }
             Criterion::Outcome { .. } => {}
+            Criterion::Resources {
+                peak_memory_at_most,
+                cpu_time_at_most,
+                wall_time_at_most,
+            } => unmet.extend(check_resources(
+                p,
+                peak_memory_at_most.as_deref(),
+                cpu_time_at_most.as_deref(),
+                wall_time_at_most.as_deref(),
+            )),
             Criterion::File {
                 path,
                 exists,
@@ -391,6 +401,83 @@ fn judge_authentic(
         key_out_of_child_reach: p.signing.as_ref().map(|s| s.key_out_of_child_reach),
         key_in_reach_allowed: false,
     }
+}
+
+/// A `resources` criterion against the signed receipt: one line per bound
+/// not met, naming the bound as written and the receipt's figure. A figure
+/// the receipt does not have (`null`) does not meet a bound.
+fn check_resources(
+    p: &ReceiptBody,
+    memory: Option<&str>,
+    cpu: Option<&str>,
+    wall: Option<&str>,
+) -> Vec<String> {
+    let bounds = match ResourceBounds::parse(memory, cpu, wall) {
+        Ok(b) => b,
+        Err(e) => return vec![format!("resources: {e}")],
+    };
+    let r = &p.resources;
+    let mut out = Vec::new();
+    // A figure read from the run's cgroups proves an upper bound only if no
+    // process of the run could have left them (CONTRACT §7): one that left
+    // is no longer counted.
+    let unproven = (p.cleanup.evadable && r.mechanism.starts_with("cgroup")).then(|| {
+        format!(
+            "is not proof: a process of the run could have left the run's cgroups ({})",
+            if p.cleanup.evadable_why.is_empty() {
+                "cleanup.evadable"
+            } else {
+                p.cleanup.evadable_why.as_str()
+            }
+        )
+    });
+    if let (Some(max), Some(text)) = (bounds.peak_memory_bytes, memory) {
+        match r.peak_memory_bytes {
+            Some(used) if used <= max => {
+                if let Some(why) = &unproven {
+                    out.push(format!(
+                        "resources: peak_memory_at_most {text}: the run's peak memory of {used} bytes {why}"
+                    ));
+                }
+            }
+            Some(used) => out.push(format!(
+                "resources: peak_memory_at_most {text}: the run's peak memory was {} ({used} bytes, {})",
+                units::format_size_approx(used),
+                r.mechanism
+            )),
+            None => out.push(format!(
+                "resources: peak_memory_at_most {text}: the receipt has no peak memory ({})",
+                r.peak_memory_bytes_why.as_deref().unwrap_or("not measured")
+            )),
+        }
+    }
+    if let (Some(max), Some(text)) = (bounds.cpu_time_ms, cpu) {
+        let used = r.cpu_time_ms();
+        if let (true, Some(why)) = (used <= max, &unproven) {
+            out.push(format!(
+                "resources: cpu_time_at_most {text}: the run's CPU time of {used} ms {why}"
+            ));
+        }
+        if used > max {
+            out.push(format!(
+                "resources: cpu_time_at_most {text}: the run used {} of CPU ({} ms user + {} ms system, {})",
+                units::format_ms(used),
+                r.cpu_user_ms,
+                r.cpu_system_ms,
+                r.mechanism
+            ));
+        }
+    }
+    if let (Some(max), Some(text)) = (bounds.wall_time_ms, wall) {
+        if p.duration_ms > max {
+            out.push(format!(
+                "resources: wall_time_at_most {text}: the run took {} ({} ms)",
+                units::format_ms(p.duration_ms),
+                p.duration_ms
+            ));
+        }
+    }
+    out
 }
 
 fn check_file(

@@ -15,8 +15,8 @@
 use serde_json::Value;
 
 use crate::evidence::escape::{char_columns, columns, markdown_cell, markdown_fence, visible};
+use crate::model::units::{self, format_ms};
 use crate::model::Criterion;
-use crate::process::limits::format_ms;
 
 /// The widest line a text view prints (unbreakable words excepted).
 pub const WIDTH: usize = 100;
@@ -397,15 +397,7 @@ fn product_rows(p: &Value, rows: &mut Vec<Row>) {
 fn other_rows(p: &Value, rows: &mut Vec<Row>) {
     let ran = p["command"].is_object();
     if let Some(r) = p.get("resources").filter(|r| r.is_object() && ran) {
-        rows.push(row(
-            "resources",
-            format!(
-                "cpu {} ms user + {} ms system, peak RSS {} KiB",
-                phrase(&r["cpu_user_ms"]),
-                phrase(&r["cpu_system_ms"]),
-                phrase(&r["peak_rss_kib"])
-            ),
-        ));
+        resource_rows(r, rows);
     }
     if let Some(m) = p.as_object() {
         for (k, v) in m {
@@ -416,6 +408,94 @@ fn other_rows(p: &Value, rows: &mut Vec<Row>) {
     }
     if let Some(v) = s(p, "runner_version") {
         rows.push(row("runner", format!("governed-exec {}", visible(v))));
+    }
+}
+
+/// A figure of `resources`, or why the receipt has none.
+fn figure(r: &Value, key: &str, show: impl Fn(u64) -> String) -> String {
+    match r[key].as_u64() {
+        Some(n) => show(n),
+        None => match s(r, &format!("{key}_why")) {
+            Some(why) => format!("unknown ({})", visible(why)),
+            None => "unknown".into(),
+        },
+    }
+}
+
+/// The resources table: what the whole run used (CONTRACT §9), then the
+/// fit of each lease limit (used of limit, and the share).
+fn resource_rows(r: &Value, rows: &mut Vec<Row>) {
+    let size = |n: u64| format!("{} ({n} bytes)", units::format_size_approx(n));
+    rows.push(row(
+        "resources",
+        format!(
+            "measured by {}",
+            s(r, "mechanism").map_or("rusage".into(), visible)
+        ),
+    ));
+    rows.push(row(
+        "cpu",
+        format!(
+            "{} ms user + {} ms system (peak RSS of one process {} KiB)",
+            phrase(&r["cpu_user_ms"]),
+            phrase(&r["cpu_system_ms"]),
+            phrase(&r["peak_rss_kib"])
+        ),
+    ));
+    if r.get("mechanism").is_none() {
+        // A receipt from before v1.2: nothing more was measured.
+        return;
+    }
+    rows.push(row("peak memory", figure(r, "peak_memory_bytes", size)));
+    rows.push(row(
+        "io",
+        format!(
+            "read {}, written {}",
+            figure(r, "io_read_bytes", size),
+            figure(r, "io_write_bytes", size)
+        ),
+    ));
+    rows.push(row(
+        "processes",
+        figure(r, "peak_processes", |n| n.to_string()),
+    ));
+    rows.push(row("oom kills", figure(r, "oom_kills", |n| n.to_string())));
+    let Some(fit) = r.get("fit").and_then(Value::as_object) else {
+        return;
+    };
+    for (key, e) in fit {
+        let used = e["used"].as_u64();
+        let limit = e["limit"].as_u64();
+        let show = |n: u64| {
+            if key.ends_with("_ms") {
+                units::format_ms(n)
+            } else if key.ends_with("_bytes") {
+                units::format_size_approx(n)
+            } else {
+                n.to_string()
+            }
+        };
+        let text = match (used, limit) {
+            (Some(u), Some(l)) if l > 0 => format!(
+                "{} of {} ({:.0}%)",
+                show(u),
+                show(l),
+                u as f64 * 100.0 / l as f64
+            ),
+            (Some(u), Some(l)) => format!("{} of {}", show(u), show(l)),
+            (Some(u), None) => format!("{} (no limit)", show(u)),
+            (None, Some(l)) => format!("not measured, of {}", show(l)),
+            (None, None) => "not measured".into(),
+        };
+        let label = match key.as_str() {
+            "wall_time_ms" => "fit wall".to_string(),
+            "cpu_time_ms" => "fit cpu".to_string(),
+            "memory_bytes" => "fit memory".to_string(),
+            "processes" => "fit procs".to_string(),
+            "output_bytes" => "fit output".to_string(),
+            other => format!("fit {}", visible(other)),
+        };
+        rows.push(row(&label, text));
     }
 }
 
@@ -658,6 +738,22 @@ pub fn verify_rows(criteria: &[Criterion], unmet: &[String], journal: bool) -> V
             Criterion::Outcome { allowed } => {
                 let names: Vec<String> = allowed.iter().map(ToString::to_string).collect();
                 push(format!("outcome in [{}]", names.join(", ")), Vec::new());
+            }
+            Criterion::Resources {
+                peak_memory_at_most,
+                cpu_time_at_most,
+                wall_time_at_most,
+            } => {
+                let f = take("resources:");
+                let bounds: Vec<String> = [
+                    ("peak memory", peak_memory_at_most),
+                    ("cpu time", cpu_time_at_most),
+                    ("wall time", wall_time_at_most),
+                ]
+                .iter()
+                .filter_map(|(n, v)| v.as_ref().map(|v| format!("{n} ≤ {v}")))
+                .collect();
+                push(format!("resources {}", bounds.join(", ")), f);
             }
             Criterion::File {
                 path,

@@ -7,6 +7,7 @@ use crate::model::OutcomeClass;
 pub const NEGATIVE: i32 = 1;
 /// Bad usage or bad input to a command other than `run`.
 pub const USAGE: i32 = 2;
+pub const MEMORY_LIMIT: i32 = 121;
 pub const UNKNOWN: i32 = 122;
 pub const OUTPUT_LIMIT: i32 = 123;
 pub const TIMED_OUT: i32 = 124;
@@ -20,6 +21,7 @@ pub fn for_outcome(class: OutcomeClass, exit_code: Option<i32>, signal: Option<i
         OutcomeClass::Signaled | OutcomeClass::CancelledReaped => 128 + signal.unwrap_or(0),
         OutcomeClass::TimedOutReaped => TIMED_OUT,
         OutcomeClass::OutputLimitReaped => OUTPUT_LIMIT,
+        OutcomeClass::MemoryLimitReaped => MEMORY_LIMIT,
         OutcomeClass::Unknown => UNKNOWN,
         OutcomeClass::KnownNotExecuted => NOT_EXECUTED,
     }

@@ -4,7 +4,48 @@
 use std::path::{Component, Path};
 
 use crate::evidence::sign::sha256_hex;
-use crate::model::{parse_json, Criterion, Goal, GoalRef, GOAL_SCHEMA};
+use crate::model::{parse_json, units, Criterion, Goal, GoalRef, GOAL_SCHEMA};
+
+/// The bounds of a `resources` criterion, parsed (bytes, milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceBounds {
+    pub peak_memory_bytes: Option<u64>,
+    pub cpu_time_ms: Option<u64>,
+    pub wall_time_ms: Option<u64>,
+}
+
+impl ResourceBounds {
+    /// Parse the criterion's fields as the flags take them; at least one
+    /// bound (a criterion that bounds nothing would be met by anything).
+    pub fn parse(
+        memory: Option<&str>,
+        cpu: Option<&str>,
+        wall: Option<&str>,
+    ) -> Result<ResourceBounds, String> {
+        let ms = |field: &str, s: Option<&str>| {
+            s.map(|s| {
+                units::parse_duration(s)
+                    .map(|d| d.as_millis() as u64)
+                    .map_err(|e| format!("`{field}`: {e}"))
+            })
+            .transpose()
+        };
+        let bounds = ResourceBounds {
+            peak_memory_bytes: memory
+                .map(|s| units::parse_size(s).map_err(|e| format!("`peak_memory_at_most`: {e}")))
+                .transpose()?,
+            cpu_time_ms: ms("cpu_time_at_most", cpu)?,
+            wall_time_ms: ms("wall_time_at_most", wall)?,
+        };
+        if bounds.peak_memory_bytes.is_none()
+            && bounds.cpu_time_ms.is_none()
+            && bounds.wall_time_ms.is_none()
+        {
+            return Err("needs at least one of `peak_memory_at_most`, `cpu_time_at_most`, `wall_time_at_most`".into());
+        }
+        Ok(bounds)
+    }
+}
 
 pub struct LoadedGoal {
     pub goal: Goal,
@@ -61,6 +102,19 @@ pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, String> {
         ));
     }
     for c in &goal.criteria {
+        if let Criterion::Resources {
+            peak_memory_at_most,
+            cpu_time_at_most,
+            wall_time_at_most,
+        } = c
+        {
+            ResourceBounds::parse(
+                peak_memory_at_most.as_deref(),
+                cpu_time_at_most.as_deref(),
+                wall_time_at_most.as_deref(),
+            )
+            .map_err(|e| format!("{what}: resources criterion: {e}"))?;
+        }
         if let Criterion::File {
             path: p,
             exists,

@@ -9,6 +9,7 @@ pub mod exit_code;
 pub mod goal;
 #[cfg(feature = "schema")]
 pub mod schema;
+pub mod units;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -57,6 +58,17 @@ pub enum Criterion {
     Outcome {
         #[serde(rename = "in")]
         allowed: Vec<OutcomeClass>,
+    },
+    /// (v1.2) Resource bounds, checked by `verify` against the receipt's
+    /// `resources` and `duration_ms`; any subset, at least one. Sizes and
+    /// durations are written as the approve flags take them (`2GiB`, `10m`).
+    Resources {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        peak_memory_at_most: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cpu_time_at_most: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wall_time_at_most: Option<String>,
     },
 }
 
@@ -680,6 +692,9 @@ pub enum OutcomeClass {
     Signaled,
     TimedOutReaped,
     OutputLimitReaped,
+    /// (v1.2) The kernel's OOM killer killed the main process for the run's
+    /// memory cgroup limit; the rest was killed and observed gone.
+    MemoryLimitReaped,
     CancelledReaped,
     Unknown,
     KnownNotExecuted,
@@ -854,9 +869,115 @@ fn evadable_unknown() -> bool {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
+    /// CPU time of every process of the run (the run's cgroup), or of the
+    /// waited-for children (`rusage`).
     pub cpu_user_ms: u64,
     pub cpu_system_ms: u64,
+    /// The largest single process's peak RSS (`getrusage` of the children).
     pub peak_rss_kib: u64,
+    /// Where the figures below come from: `cgroup_v2`, `cgroup_v1` (the
+    /// run's own groups) or `rusage` (no group could be made). Receipts
+    /// written before v1.2 read as `rusage`.
+    #[serde(default = "rusage_mechanism")]
+    pub mechanism: String,
+    /// Peak memory of the whole run's memory cgroup (v2 `memory.peak`, v1
+    /// `memory.max_usage_in_bytes`; page cache charged to the run included).
+    #[serde(default)]
+    pub peak_memory_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes_why: Option<String>,
+    /// Bytes the run read from and wrote to block devices (v2 `io.stat`,
+    /// v1 `blkio.throttle.io_service_bytes`), or the kernel's per-task IO
+    /// accounting of the waited-for children (`rusage`).
+    #[serde(default)]
+    pub io_read_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_read_bytes_why: Option<String>,
+    #[serde(default)]
+    pub io_write_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_write_bytes_why: Option<String>,
+    /// Most processes of the run alive at once (`pids.peak`).
+    #[serde(default)]
+    pub peak_processes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_processes_why: Option<String>,
+    /// Processes of the run the kernel's OOM killer killed (v2
+    /// `memory.events` `oom_kill`, v1 `memory.oom_control` `oom_kill`).
+    #[serde(default)]
+    pub oom_kills: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_kills_why: Option<String>,
+    /// For each limit of the lease, what the run used against it.
+    #[serde(default)]
+    pub fit: Fit,
+}
+
+fn rusage_mechanism() -> String {
+    "rusage".into()
+}
+
+impl Resources {
+    /// A run that never started: nothing used, nothing measured.
+    pub fn none() -> Resources {
+        let why = || Some("nothing was spawned".to_string());
+        Resources {
+            cpu_user_ms: 0,
+            cpu_system_ms: 0,
+            peak_rss_kib: 0,
+            mechanism: rusage_mechanism(),
+            peak_memory_bytes: None,
+            peak_memory_bytes_why: why(),
+            io_read_bytes: None,
+            io_read_bytes_why: why(),
+            io_write_bytes: None,
+            io_write_bytes_why: why(),
+            peak_processes: None,
+            peak_processes_why: why(),
+            oom_kills: None,
+            oom_kills_why: why(),
+            fit: Fit::default(),
+        }
+    }
+
+    /// CPU time of every process of the run, user + system.
+    pub fn cpu_time_ms(&self) -> u64 {
+        self.cpu_user_ms.saturating_add(self.cpu_system_ms)
+    }
+}
+
+/// What the run used against one limit of its lease (`None`: not measured,
+/// or the limit is waived).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FitEntry {
+    pub used: Option<u64>,
+    pub limit: Option<u64>,
+}
+
+/// For each limit of the lease, `{used, limit}` in the unit the key names,
+/// so an approver sees whether the lease is too wide or about to be hit.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Fit {
+    /// Wall time of the run against `wall_time_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_time_ms: Option<FitEntry>,
+    /// CPU time of the whole run against `cpu_time_s` (in ms; the kernel
+    /// enforces that limit per process, as `RLIMIT_CPU`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_time_ms: Option<FitEntry>,
+    /// Peak memory of the run against `memory_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<FitEntry>,
+    /// Peak processes against `max_processes` (limit `None` when waived).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<FitEntry>,
+    /// stdout + stderr bytes against `output_cap_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_bytes: Option<FitEntry>,
 }
 
 /// One channel of the child's reach (see `IsolationReport::reach`).
@@ -911,6 +1032,17 @@ pub struct IsolationReport {
     /// that can reach cgroupfs can move itself out of the pids cgroup).
     #[serde(default = "evadable_unknown")]
     pub process_limit_evadable: bool,
+    /// (v1.2) How `memory_bytes` was enforced: `memory_cgroup_v2`,
+    /// `memory_cgroup_v1` (resident memory of the whole run, swap included
+    /// where the kernel accounts it) or `rlimit_as` (virtual address space,
+    /// per process). Absent in receipts written before v1.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<String>,
+    /// Whether the child could have escaped that mechanism: a uid-0 child
+    /// that can reach cgroupfs can move itself out of the memory group, and
+    /// one with `CAP_SYS_RESOURCE` can raise its hard `RLIMIT_AS`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_evadable: Option<bool>,
     /// The capabilities a uid-0 child kept after the drop that isolation
     /// requires (CONTRACT §7); `None`: governed-exec did not change them.
     #[serde(default)]

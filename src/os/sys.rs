@@ -135,6 +135,9 @@ pub fn ignored_signals() -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// `CAP_SYS_RESOURCE`: raise a hard rlimit.
+pub const CAP_SYS_RESOURCE: u32 = 24;
+
 /// Whether this process holds `cap` in its effective set.
 pub fn has_effective_capability(cap: u32) -> bool {
     std::fs::read_to_string("/proc/self/status")
@@ -282,8 +285,9 @@ pub struct SpawnSpec<'a> {
     /// in the child to the fresh `/dev` and `/proc` it mounts for itself:
     /// the ruleset, built before the fork, has no rule for those new inodes.
     pub landlock_guard_access: u64,
-    /// A cgroup v1 `tasks` file the child moves its one thread into first.
-    pub cgroup_v1_tasks_fd: Option<RawFd>,
+    /// cgroup v1 `tasks` files the child moves its one thread into first
+    /// (at most [`MAX_V1_TASKS`]; more are ignored).
+    pub cgroup_v1_tasks_fds: &'a [RawFd],
     /// A cgroup v2 directory the child is born in (`CLONE_INTO_CGROUP`).
     pub cgroup_v2_dir_fd: Option<RawFd>,
     /// That directory's `cgroup.procs`, which the child writes `0` into
@@ -432,6 +436,10 @@ pub fn clone3_probe() -> Result<(), i32> {
     }
 }
 
+/// The most v1 cgroup `tasks` files a child joins (pids, memory, cpuacct,
+/// blkio).
+pub const MAX_V1_TASKS: usize = 4;
+
 /// Fork the governed child and exec the verified executable through its fd.
 pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     // Everything the child touches is prepared here, before fork.
@@ -442,7 +450,16 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     let stderr = dup_high(spec.stderr_fd)?;
     let landlock = spec.landlock_ruleset_fd.map(dup_high).transpose()?;
     let landlock_guard = spec.landlock_guard_fd.map(dup_high).transpose()?;
-    let cgroup_tasks = spec.cgroup_v1_tasks_fd.map(dup_high).transpose()?;
+    let cgroup_tasks = spec
+        .cgroup_v1_tasks_fds
+        .iter()
+        .take(MAX_V1_TASKS)
+        .map(|fd| dup_high(*fd))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut cgroup_tasks_raw = [-1; MAX_V1_TASKS];
+    for (slot, f) in cgroup_tasks_raw.iter_mut().zip(&cgroup_tasks) {
+        *slot = f.as_raw_fd();
+    }
     let cgroup_procs = spec.cgroup_v2_procs_fd.map(dup_high).transpose()?;
     let (err_r, err_w_low) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let err_w = dup_high(err_w_low.as_raw_fd())?;
@@ -476,7 +493,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         landlock: landlock.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard: landlock_guard.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard_access: spec.landlock_guard_access,
-        cgroup_tasks: cgroup_tasks.as_ref().map_or(-1, |f| f.as_raw_fd()),
+        cgroup_tasks: cgroup_tasks_raw,
         mounts: spec.mounts,
         root_caps_keep: spec.root_caps_keep,
         seccomp: seccomp_prog
@@ -713,7 +730,8 @@ struct ChildPlan<'a> {
     landlock: Option<RawFd>,
     landlock_guard: Option<RawFd>,
     landlock_guard_access: u64,
-    cgroup_tasks: RawFd,
+    /// v1 `tasks` files to join, `-1` for an unused slot.
+    cgroup_tasks: [RawFd; MAX_V1_TASKS],
     mounts: Option<&'a MountPlan>,
     root_caps_keep: Option<u64>,
     seccomp: *const libc::sock_fprog,
@@ -817,10 +835,12 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
 
-        // Join the run's v1 cgroup first (one thread: no threadgroup lock),
+        // Join the run's v1 cgroups first (one thread: no threadgroup lock),
         // so every descendant is born inside.
-        if p.cgroup_tasks >= 0 && libc::write(p.cgroup_tasks, c"0".as_ptr().cast(), 1) != 1 {
-            child_fail(p.err_w, ChildStep::Cgroup);
+        for fd in p.cgroup_tasks {
+            if fd >= 0 && libc::write(fd, c"0".as_ptr().cast(), 1) != 1 {
+                child_fail(p.err_w, ChildStep::Cgroup);
+            }
         }
         // Without CLONE_INTO_CGROUP: join the v2 group before anything else.
         if p.cgroup_procs >= 0 && libc::write(p.cgroup_procs, c"0".as_ptr().cast(), 1) != 1 {

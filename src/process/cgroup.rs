@@ -8,6 +8,15 @@
 //!   any pid in hand) and `cgroup.events` `populated 0` as an independent
 //!   confirmation that the run is gone (as BenchExec does).
 //!
+//! - a **memory** group (v2 `memory.max` + `memory.swap.max` 0 in the same
+//!   v2 group, else a v1 `memory` group with `memory.limit_in_bytes` and
+//!   `memory.memsw.limit_in_bytes` where swap is accounted) enforces the
+//!   lease's `memory_bytes` on the resident memory of the whole run
+//!   (CONTRACT §9); without one, `run` falls back to `RLIMIT_AS`;
+//! - on a v1 or hybrid machine, a `blkio` group (and a `cpuacct` group
+//!   where there is no v2 group, whose `cpu.stat` serves) accounts the
+//!   run's IO and CPU (read once at the end, see `process::accounting`).
+//!
 //! Joining is on the hot path, so it avoids migrating a thread group (which
 //! waits for an RCU grace period, ~10-20 ms here): the child is born in the
 //! v2 group by `clone3(CLONE_INTO_CGROUP)`, and moves its single thread into
@@ -23,6 +32,8 @@ use std::time::{Duration, SystemTime};
 
 struct Group {
     dir: PathBuf,
+    /// The v1 hierarchy's controllers (its mount options), empty for v2.
+    controllers: String,
     /// v1: the `tasks` file (write-only); v2: the directory itself.
     join: File,
     /// Sweep crashed runners' groups beside this one when it is removed.
@@ -64,7 +75,7 @@ fn sweep_stale(parent: &Path) {
 }
 
 impl Group {
-    fn create(dir: PathBuf, v2: bool, sweep: bool) -> std::io::Result<Group> {
+    fn create(dir: PathBuf, v2: bool, sweep: bool, controllers: &str) -> std::io::Result<Group> {
         fs::create_dir(&dir)?;
         let join = if v2 {
             OpenOptions::new()
@@ -89,6 +100,7 @@ impl Group {
         match join {
             Ok(join) => Ok(Group {
                 dir,
+                controllers: controllers.to_string(),
                 join,
                 sweep,
                 procs,
@@ -106,6 +118,11 @@ impl Group {
             .split_whitespace()
             .filter_map(|p| p.parse().ok())
             .collect()
+    }
+
+    /// Whether this (v1) group's hierarchy carries `controller`.
+    fn has(&self, controller: &str) -> bool {
+        self.controllers.split(',').any(|c| c == controller)
     }
 }
 
@@ -134,6 +151,102 @@ pub struct RunCgroups {
     /// Why a group could not be made or limited, one line per attempt
     /// (shown by `doctor` and in an `isolation_unavailable` refusal).
     notes: Vec<String>,
+    /// v1 groups of the `memory`, `cpuacct` and `blkio` hierarchies (one
+    /// per hierarchy) that the child joins like the pids group.
+    extra_v1: Vec<Group>,
+    memory_kind: Option<&'static str>,
+    /// Why the memory limit is not a cgroup's, one line per attempt.
+    memory_notes: Vec<String>,
+}
+
+/// Where the run's counters live, for `process::accounting`.
+pub struct CounterDirs<'a> {
+    /// The v2 group and its enabled controllers (`cgroup.controllers`).
+    pub v2: Option<(&'a Path, Vec<String>)>,
+    pub memory_v1: Option<&'a Path>,
+    pub cpuacct_v1: Option<&'a Path>,
+    pub blkio_v1: Option<&'a Path>,
+    pub pids_v1: Option<&'a Path>,
+}
+
+/// The most groups the child joins by writing to a v1 `tasks` file: pids,
+/// memory, cpuacct, blkio.
+pub const MAX_V1_JOINS: usize = crate::os::sys::MAX_V1_TASKS;
+
+/// A throttle rule no device reaches (1 PiB/s). Since Linux 6.x blk-throttle
+/// counts a cgroup's bytes (`blkio.throttle.io_service_bytes`, reads and
+/// writes) only on a disk where some group has a rule; `u64::MAX` means "no
+/// rule", so a huge finite write bound turns accounting on without limiting
+/// anything. One rule per disk is enough.
+const BLKIO_ACCOUNTING_BPS: u64 = 1 << 50;
+
+/// Give every non-empty disk a never-reached throttle rule in `dir`, so the
+/// kernel accounts the group's IO on it. `Err` lists what failed.
+fn enable_blkio_accounting(dir: &Path) -> Result<(), String> {
+    let mut failed = Vec::new();
+    let Ok(rd) = fs::read_dir("/sys/block") else {
+        return Err("/sys/block is not readable".into());
+    };
+    for disk in rd.flatten() {
+        let p = disk.path();
+        let empty = fs::read_to_string(p.join("size")).is_ok_and(|s| s.trim() == "0");
+        let Ok(dev) = fs::read_to_string(p.join("dev")) else {
+            continue;
+        };
+        if empty {
+            continue;
+        }
+        let file = "blkio.throttle.write_bps_device";
+        let rule = format!("{} {BLKIO_ACCOUNTING_BPS}", dev.trim());
+        if let Err(e) = write_file(dir, file, &rule) {
+            failed.push(format!("{file} {}: {e}", dev.trim()));
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join(", "))
+    }
+}
+
+/// Write `value` to `dir/file`.
+fn write_file(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
+    OpenOptions::new()
+        .write(true)
+        .open(dir.join(file))
+        .and_then(|mut f| f.write_all(value.as_bytes()))
+}
+
+/// v2: `memory.max` = `bytes` and no swap (`memory.swap.max` 0 where the
+/// kernel accounts swap).
+fn limit_memory_v2(dir: &Path, bytes: u64) -> Result<(), String> {
+    write_file(dir, "memory.max", &bytes.to_string())
+        .map_err(|e| format!("cannot write memory.max in {}: {e}", dir.display()))?;
+    if dir.join("memory.swap.max").exists() {
+        write_file(dir, "memory.swap.max", "0")
+            .map_err(|e| format!("cannot write memory.swap.max in {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// v1: `memory.limit_in_bytes`, then `memory.memsw.limit_in_bytes` (memory
+/// + swap, so the run cannot spill into swap) where swap is accounted.
+fn limit_memory_v1(dir: &Path, bytes: u64) -> Result<(), String> {
+    write_file(dir, "memory.limit_in_bytes", &bytes.to_string()).map_err(|e| {
+        format!(
+            "cannot write memory.limit_in_bytes in {}: {e}",
+            dir.display()
+        )
+    })?;
+    if dir.join("memory.memsw.limit_in_bytes").exists() {
+        write_file(dir, "memory.memsw.limit_in_bytes", &bytes.to_string()).map_err(|e| {
+            format!(
+                "cannot write memory.memsw.limit_in_bytes in {}: {e}",
+                dir.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// (mount point, fs type, super options, mount root) of cgroup mounts.
@@ -185,7 +298,14 @@ impl RunCgroups {
     /// `pids.max` when there is one (`None`: the approver waived the limit;
     /// the groups still serve cleanup). `sweep`: remove crashed runners'
     /// groups when this run's are removed (see [`crate::process::scratch::sweep_due`]).
-    pub fn create(attempt_id: &str, limit: Option<u64>, sweep: bool) -> RunCgroups {
+    /// `memory`: the lease's `memory_bytes`, written to a memory group
+    /// (v2 first, else v1) when one can be made.
+    pub fn create(
+        attempt_id: &str,
+        limit: Option<u64>,
+        memory: Option<u64>,
+        sweep: bool,
+    ) -> RunCgroups {
         let name = format!("governed-exec-{attempt_id}");
         let mut out = RunCgroups {
             name: name.clone(),
@@ -199,13 +319,13 @@ impl RunCgroups {
             out.notes
                 .push("no pids cgroup hierarchy (v1 `pids` or v2) is mounted".into());
         }
-        for (mount, fstype, opts, root) in mounts {
+        for (mount, fstype, opts, root) in mounts.clone() {
             if fstype == "cgroup2" && out.track.is_none() {
                 let Some(own) = own_path(|c| c.is_empty()) else {
                     continue;
                 };
                 let base = join_cgroup(&mount, &root, &own);
-                match Group::create(base.join(&name), true, sweep) {
+                match Group::create(base.join(&name), true, sweep, "") {
                     Ok(g) => {
                         let has_pids = fs::read_to_string(g.dir.join("cgroup.controllers"))
                             .unwrap_or_default()
@@ -227,6 +347,23 @@ impl RunCgroups {
                                 base.display()
                             ));
                         }
+                        if let Some(bytes) = memory {
+                            let has_memory = fs::read_to_string(g.dir.join("cgroup.controllers"))
+                                .unwrap_or_default()
+                                .split_whitespace()
+                                .any(|c| c == "memory");
+                            if !has_memory {
+                                out.memory_notes.push(format!(
+                                    "the v2 group {} has no memory controller (it is bound to a v1 hierarchy or not enabled in the parent's cgroup.subtree_control)",
+                                    base.display()
+                                ));
+                            } else {
+                                match limit_memory_v2(&g.dir, bytes) {
+                                    Ok(()) => out.memory_kind = Some("memory_cgroup_v2"),
+                                    Err(e) => out.memory_notes.push(e),
+                                }
+                            }
+                        }
                         out.track = Some(g);
                     }
                     Err(e) => out.notes.push(format!(
@@ -242,7 +379,7 @@ impl RunCgroups {
                     continue;
                 };
                 let base = join_cgroup(&mount, &root, &own);
-                match Group::create(base.join(&name), false, sweep) {
+                match Group::create(base.join(&name), false, sweep, &opts) {
                     Ok(g) => match limit {
                         Some(n) if write_limit(&g.dir, n) => {
                             out.pids_kind = Some("pids_cgroup_v1");
@@ -261,7 +398,119 @@ impl RunCgroups {
                 }
             }
         }
+        out.create_extra_v1(&mounts, memory, sweep);
+        if memory.is_some() && out.memory_kind.is_none() && out.memory_notes.is_empty() {
+            out.memory_notes
+                .push("no memory cgroup hierarchy (v1 `memory` or v2 with the memory controller) is mounted".into());
+        }
         out
+    }
+
+    /// The v1 `memory`, `blkio` and (without a v2 group) `cpuacct` groups,
+    /// one per hierarchy; a hierarchy the pids group already covers is not
+    /// joined twice.
+    fn create_extra_v1(
+        &mut self,
+        mounts: &[(PathBuf, String, String, String)],
+        memory: Option<u64>,
+        sweep: bool,
+    ) {
+        // CPU comes from the v2 group's `cpu.stat` when there is one (every
+        // v2 group keeps it, with or without the cpu controller): a v1
+        // cpuacct group would only add its mkdir/rmdir to every run.
+        let wanted: &[&str] = if self.track.is_some() {
+            &["memory", "blkio"]
+        } else {
+            &["memory", "cpuacct", "blkio"]
+        };
+        for (mount, fstype, opts, root) in mounts {
+            let ctrls: Vec<&str> = opts.split(',').collect();
+            if fstype != "cgroup"
+                || ctrls.contains(&"pids")
+                || !wanted.iter().any(|w| ctrls.contains(w))
+                || self.extra_v1.iter().any(|g| g.controllers == *opts)
+            {
+                continue;
+            }
+            let Some(own) = own_path(|c| {
+                let cs: Vec<&str> = c.split(',').collect();
+                wanted.iter().any(|w| cs.contains(w) && ctrls.contains(w))
+            }) else {
+                continue;
+            };
+            let base = join_cgroup(mount, root, &own);
+            let g = match Group::create(base.join(&self.name), false, sweep, opts) {
+                Ok(g) => g,
+                Err(e) => {
+                    let note = format!(
+                        "cannot create a v1 {opts} cgroup under {}: {e}",
+                        base.display()
+                    );
+                    if ctrls.contains(&"memory") && memory.is_some() && self.memory_kind.is_none() {
+                        self.memory_notes.push(note);
+                    } else {
+                        self.notes.push(note);
+                    }
+                    continue;
+                }
+            };
+            if g.has("memory") && self.memory_kind.is_none() {
+                if let Some(bytes) = memory {
+                    match limit_memory_v1(&g.dir, bytes) {
+                        Ok(()) => self.memory_kind = Some("memory_cgroup_v1"),
+                        Err(e) => {
+                            // A memory group without its limit is no use to
+                            // the limit and must not pretend to be one.
+                            self.memory_notes.push(e);
+                            continue;
+                        }
+                    }
+                }
+            }
+            if g.has("blkio") {
+                if let Err(e) = enable_blkio_accounting(&g.dir) {
+                    self.notes
+                        .push(format!("blkio accounting is incomplete: {e}"));
+                }
+            }
+            self.extra_v1.push(g);
+        }
+    }
+
+    /// How `memory_bytes` is enforced by a cgroup (`memory_cgroup_v2`,
+    /// `memory_cgroup_v1`), if it is.
+    pub fn memory_limit(&self) -> Option<&'static str> {
+        self.memory_kind
+    }
+
+    /// Why no memory cgroup limits this run, one line per attempt.
+    pub fn memory_notes(&self) -> &[String] {
+        &self.memory_notes
+    }
+
+    /// Where the run's counters are, for the one read at the end.
+    pub fn counter_dirs(&self) -> CounterDirs<'_> {
+        let v1 = |c: &str| {
+            self.extra_v1
+                .iter()
+                .chain(self.pids.iter())
+                .find(|g| g.has(c))
+                .map(|g| g.dir.as_path())
+        };
+        CounterDirs {
+            v2: self.track.as_ref().map(|g| {
+                let ctrls = fs::read_to_string(g.dir.join("cgroup.controllers"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect();
+                (g.dir.as_path(), ctrls)
+            }),
+            memory_v1: v1("memory"),
+            cpuacct_v1: v1("cpuacct"),
+            blkio_v1: v1("blkio"),
+            pids_v1: v1("pids"),
+        }
     }
 
     /// The witnesses these groups give cleanup.
@@ -311,9 +560,15 @@ impl RunCgroups {
         self.track.is_some()
     }
 
-    /// The v1 `tasks` file the child writes `0` into, if any.
-    pub fn v1_tasks_fd(&self) -> Option<RawFd> {
-        self.pids.as_ref().map(|g| g.join.as_raw_fd())
+    /// The v1 `tasks` files the child writes `0` into (pids first), at most
+    /// [`MAX_V1_JOINS`].
+    pub fn v1_tasks_fds(&self) -> Vec<RawFd> {
+        self.pids
+            .iter()
+            .chain(&self.extra_v1)
+            .map(|g| g.join.as_raw_fd())
+            .take(MAX_V1_JOINS)
+            .collect()
     }
 
     /// The v2 group's `cgroup.procs`, for a child joining by itself.
@@ -447,4 +702,55 @@ pub fn pids_mount_writable() -> bool {
         };
         pids && pre.get(5).is_some_and(|o| o.split(',').any(|x| x == "rw"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The v2 limit on fixture files (this machine's memory controller is
+    /// v1): `memory.max` gets the bytes and swap is shut off.
+    #[test]
+    fn memory_v2_limit_writes_max_and_no_swap() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // Empty files: cgroupfs takes each write whole, a regular file
+        // would keep the tail of a longer old value.
+        std::fs::write(d.join("memory.max"), "").unwrap();
+        std::fs::write(d.join("memory.swap.max"), "").unwrap();
+        limit_memory_v2(d, 512 << 20).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.join("memory.max")).unwrap(),
+            "536870912"
+        );
+        assert_eq!(
+            std::fs::read_to_string(d.join("memory.swap.max")).unwrap(),
+            "0"
+        );
+        // No swap accounting (no memory.swap.max): the limit alone.
+        std::fs::remove_file(d.join("memory.swap.max")).unwrap();
+        limit_memory_v2(d, 1 << 30).unwrap();
+        assert!(!d.join("memory.swap.max").exists());
+        // A group without the file is no memory group: an error, not a pass.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(limit_memory_v2(empty.path(), 1 << 30)
+            .unwrap_err()
+            .contains("memory.max"));
+    }
+
+    #[test]
+    fn memory_v1_limit_writes_memsw_where_swap_is_accounted() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("memory.limit_in_bytes"), "").unwrap();
+        std::fs::write(d.join("memory.memsw.limit_in_bytes"), "").unwrap();
+        limit_memory_v1(d, 256 << 20).unwrap();
+        for f in ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"] {
+            assert_eq!(
+                std::fs::read_to_string(d.join(f)).unwrap(),
+                "268435456",
+                "{f}"
+            );
+        }
+    }
 }

@@ -451,6 +451,9 @@ pub fn prepare(
         // Set by `run` from `process_limit::choose`.
         process_limit: String::new(),
         process_limit_evadable: false,
+        // Set by `run` from the run's cgroups.
+        memory_limit: None,
+        memory_limit_evadable: None,
         capabilities_kept: if creds.is_some() {
             Some(vec![])
         } else {

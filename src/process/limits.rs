@@ -5,13 +5,10 @@
 //! this table for a lease (a later change of defaults cannot widen an
 //! approved lease).
 
-use std::time::Duration;
-
+use crate::model::units::{GIB, KIB, MIB};
 use crate::model::{Limits, MaxProcesses, Profile, DEFAULT_CANCEL_GRACE_MS};
 
-const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
-const GIB: u64 = 1024 * MIB;
+pub use crate::model::units::{format_ms, format_size, parse_duration, parse_size};
 
 /// Default concrete limits of each tier (documented in the README table).
 pub fn tier(profile: Profile) -> Limits {
@@ -55,11 +52,6 @@ pub fn tier(profile: Profile) -> Limits {
     }
 }
 
-/// `1500ms`, `30s`, `10m`, `2h` (humantime).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
-}
-
 /// `--max-processes`: a number greater than zero, or `unlimited` (the
 /// approver's explicit waiver of the process limit).
 pub fn parse_max_processes(s: &str) -> Result<MaxProcesses, String> {
@@ -72,34 +64,6 @@ pub fn parse_max_processes(s: &str) -> Result<MaxProcesses, String> {
             "invalid process limit {s:?}: expected a number greater than zero or `unlimited`"
         )),
     }
-}
-
-/// Bytes with an optional `KiB`/`MiB`/`GiB` suffix.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = [("GiB", GIB), ("MiB", MIB), ("KiB", KIB), ("B", 1)]
-        .iter()
-        .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n.trim(), *m)))
-        .unwrap_or((t, 1));
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| {
-            format!("invalid size {s:?}: expected bytes with an optional KiB/MiB/GiB suffix")
-        })
-}
-
-pub fn format_size(n: u64) -> String {
-    match n {
-        n if n >= GIB && n % GIB == 0 => format!("{} GiB", n / GIB),
-        n if n >= MIB && n % MIB == 0 => format!("{} MiB", n / MIB),
-        n if n >= KIB && n % KIB == 0 => format!("{} KiB", n / KIB),
-        n => format!("{n} bytes"),
-    }
-}
-
-pub fn format_ms(ms: u64) -> String {
-    humantime::format_duration(Duration::from_millis(ms)).to_string()
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! the scratch HOME/TMPDIR, bounded output capture, and the supervision that
 //! ends with every process of the run observed gone.
 
+pub mod accounting;
 pub mod capture;
 pub mod cgroup;
 pub mod env;

@@ -34,6 +34,7 @@ use nix::unistd::Pid;
 
 use crate::model::{Cleanup, CleanupState, KernelView, Limits, Resources, StreamRecord};
 use crate::os::sys::{self, ChildStep, SpawnPath, SpawnSpec, Spawned};
+use crate::process::accounting;
 use crate::process::capture::StreamCapture;
 use crate::process::cgroup::RunCgroups;
 
@@ -402,23 +403,42 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         Some(c) => c.finish(true),
         None => StreamCapture::new(0).finish(false),
     };
+    let ended = SystemTime::now();
+    // One read of the run's counters: every process is gone (or given up
+    // on), and the groups are removed only when `cgroups` is dropped.
+    let counters = accounting::read_counters(&cgroups.counter_dirs());
     let usage = getrusage(UsageWho::RUSAGE_CHILDREN)?;
     let ms =
         |tv: nix::sys::time::TimeVal| (tv.tv_sec() as u64) * 1000 + (tv.tv_usec() as u64) / 1000;
+    let ru = accounting::Rusage {
+        user_ms: ms(usage.user_time()),
+        system_ms: ms(usage.system_time()),
+        max_rss_kib: usage.max_rss() as u64,
+        in_blocks: usage.block_reads() as u64,
+        out_blocks: usage.block_writes() as u64,
+    };
+    let (stdout, stderr) = (finish(so), finish(se));
+    let wall_ms = ended
+        .duration_since(started)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    let resources = accounting::resources(
+        counters,
+        &ru,
+        &limits,
+        wall_ms,
+        stdout.bytes.saturating_add(stderr.bytes),
+    );
     Ok(RunResult::Ran(Box::new(Supervised {
         ending,
         exit_code,
         signal,
         cleanup,
-        stdout: finish(so),
-        stderr: finish(se),
-        resources: Resources {
-            cpu_user_ms: ms(usage.user_time()),
-            cpu_system_ms: ms(usage.system_time()),
-            peak_rss_kib: usage.max_rss() as u64,
-        },
+        stdout,
+        stderr,
+        resources,
         started,
-        ended: SystemTime::now(),
+        ended,
         kernel_view,
         spawn_path,
     })))

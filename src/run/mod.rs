@@ -163,11 +163,7 @@ impl Draft {
                 .duration_since(self.started)
                 .unwrap_or_default()
                 .as_millis() as u64,
-            resources: Resources {
-                cpu_user_ms: 0,
-                cpu_system_ms: 0,
-                peak_rss_kib: 0,
-            },
+            resources: Resources::none(),
             limits: None,
             isolation: None,
             spawn_path: None,
@@ -897,7 +893,12 @@ fn execute(
             return refuse_with_lease(&draft, session, Reason::ExecFailed, why);
         }
     }
-    let cgroups = RunCgroups::create(&attempt_id, body.limits.max_processes.limit(), sweep);
+    let cgroups = RunCgroups::create(
+        &attempt_id,
+        body.limits.max_processes.limit(),
+        Some(body.limits.memory_bytes),
+        sweep,
+    );
     let process_limit =
         match process_limit::choose(body.limits.max_processes, prepared.report.uid, &cgroups) {
             Ok(p) => p,
@@ -934,11 +935,32 @@ fn execute(
     let l = &body.limits;
     let mut rlimits = vec![
         (libc::RLIMIT_CPU, l.cpu_time_s),
-        (libc::RLIMIT_AS, l.memory_bytes),
         (libc::RLIMIT_NOFILE, l.max_open_files),
         (libc::RLIMIT_FSIZE, l.max_file_size_bytes),
         (libc::RLIMIT_CORE, 0),
     ];
+    // CONTRACT §9: the memory cgroup limits resident memory of the whole
+    // run; only without one does the v1.1 limit on each process's virtual
+    // address space apply (it would break programs that reserve large
+    // ranges they never touch: JVMs, V8, ASan).
+    let covered = prepared.mounts.is_some() && root_child_guarded(&prepared);
+    let uid = prepared.report.uid;
+    let evadable = match cgroups.memory_limit() {
+        Some(kind) => {
+            prepared.report.memory_limit = Some(kind.into());
+            cgroups.leavable_by(uid, covered)
+        }
+        None => {
+            rlimits.push((libc::RLIMIT_AS, l.memory_bytes));
+            prepared.report.memory_limit = Some("rlimit_as".into());
+            // Only CAP_SYS_RESOURCE raises a hard limit: a uid-0 child
+            // keeps it unless isolation dropped its capabilities.
+            uid == 0
+                && prepared.report.capabilities_kept.is_none()
+                && crate::os::sys::has_effective_capability(crate::os::sys::CAP_SYS_RESOURCE)
+        }
+    };
+    prepared.report.memory_limit_evadable = Some(evadable);
     if let Some(n) = process_limit.rlimit_nproc {
         rlimits.push((libc::RLIMIT_NPROC, n));
     }
@@ -1014,6 +1036,7 @@ fn execute(
     fault::point("after_executing");
 
     use std::os::fd::AsRawFd;
+    let cgroup_v1_tasks = cgroups.v1_tasks_fds();
     let spec = SpawnSpec {
         exe_fd: exe_snapshot.as_raw_fd(),
         exe_is_script: admitted.exe.identity.interpreter.is_some(),
@@ -1028,7 +1051,7 @@ fn execute(
         landlock_ruleset_fd: prepared.landlock_fd.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard_fd: prepared.landlock_guard_fd.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard_access: prepared.landlock_guard_access,
-        cgroup_v1_tasks_fd: cgroups.v1_tasks_fd(),
+        cgroup_v1_tasks_fds: &cgroup_v1_tasks,
         cgroup_v2_dir_fd: cgroups.v2_dir_fd(),
         cgroup_v2_procs_fd: cgroups.v2_procs_fd(),
         seccomp: prepared.seccomp.as_ref(),
@@ -1202,6 +1225,20 @@ fn classify(s: &supervise::Supervised) -> Outcome {
     let (class, signal, message) = match s.ending {
         Ending::MainExited => match (s.exit_code, s.signal) {
             (Some(_), _) => (OutcomeClass::Exited, None, None),
+            // SIGKILL that governed-exec did not send, while the run's
+            // memory cgroup counted an OOM kill: the kernel's OOM killer.
+            (None, Some(sig))
+                if sig == libc::SIGKILL && s.resources.oom_kills.is_some_and(|n| n > 0) =>
+            {
+                (
+                    OutcomeClass::MemoryLimitReaped,
+                    Some(sig),
+                    Some(format!(
+                        "the kernel's OOM killer killed the main process at the run's memory limit ({} OOM kill(s) in the run's memory cgroup); the rest was killed and observed gone",
+                        s.resources.oom_kills.unwrap_or(0)
+                    )),
+                )
+            }
             (None, Some(sig)) => (
                 OutcomeClass::Signaled,
                 Some(sig),

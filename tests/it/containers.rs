@@ -357,8 +357,16 @@ fn unprivileged_namespaces_go_through_a_user_namespace_where_the_kernel_allows()
 fn doctor_reports_every_limit_of_a_lease_and_why_one_cannot_be_set() {
     let e = Env::new();
     let d = doctor_json(cmd().args(["doctor", "--json"]));
+    // CONTRACT §9: a memory cgroup where one can be made, else RLIMIT_AS
+    // (tests/it/resources.rs checks which one against `run`).
+    let mem = check(&d, "memory");
+    assert!(
+        ["memory_cgroup_v2", "memory_cgroup_v1", "rlimit_as"]
+            .iter()
+            .any(|m| mem["mechanism"] == *m),
+        "{mem}"
+    );
     for (name, mechanism) in [
-        ("memory", "rlimit_as"),
         ("cpu_time", "rlimit_cpu"),
         ("open_files", "rlimit_nofile"),
         ("file_size", "rlimit_fsize"),

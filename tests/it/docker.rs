@@ -487,3 +487,42 @@ fn user_1000_doctor_says_what_run_does() {
         "{journal}"
     );
 }
+
+#[test]
+fn under_docker_defaults_memory_falls_back_to_rlimit_as_and_rusage_and_doctor_agrees() {
+    let image = require_docker!(
+        "under_docker_defaults_memory_falls_back_to_rlimit_as_and_rusage_and_doctor_agrees"
+    );
+    let b = Volume::new(&image);
+    // `ulimit -v` prints RLIMIT_AS in KiB: the fallback is really in force.
+    let work = "ulimit -v";
+    let script = format!(
+        "governed-exec doctor --json > /work/doctor.json && \
+         {APPROVE} --as-user 1000 --memory 512MiB -- sh -c '{work}' 2>/dev/null && \
+         exec {RUN} --receipt /work/mem.json -- sh -c '{work}'"
+    );
+    let o = b.run(&[], &script);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doctor: Value =
+        serde_json::from_slice(&std::fs::read(b.path("doctor.json")).unwrap()).unwrap();
+    let check = |name: &str| -> Value {
+        doctor["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("doctor has no {name}: {doctor}"))
+    };
+    let p = b.receipt("mem.json")["predicate"].clone();
+    assert_eq!(p["outcome"]["class"], "exited", "{p}");
+    assert_eq!(p["isolation"]["memory_limit"], "rlimit_as", "{p}");
+    assert_eq!(check("memory")["mechanism"], "rlimit_as");
+    let out = p["streams"]["stdout"]["text"].as_str().unwrap_or("");
+    assert_eq!(out.trim(), "524288", "{out}");
+    let res = &p["resources"];
+    assert_eq!(res["mechanism"], "rusage", "{res}");
+    assert_eq!(check("resource_accounting")["mechanism"], "rusage");
+    assert!(res["peak_memory_bytes"].is_null() && res["peak_memory_bytes_why"].is_string());
+    assert!(res["oom_kills"].is_null() && res["oom_kills_why"].is_string());
+}

@@ -29,6 +29,7 @@ mod output;
 mod pipeline;
 mod portable;
 mod reach;
+mod resources;
 mod rootchild;
 mod speed;
 mod supervision;
