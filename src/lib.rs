@@ -143,6 +143,7 @@ pub fn cli_main() -> i32 {
                 fs_write_scope: a.fs_write_scope,
                 fs_read: a.fs_read,
                 no_network: a.no_network,
+                allow_net: a.allow_net,
                 pid_namespace: a.pid_namespace,
                 max_executable_size: a.max_executable_size,
                 request: a.request,

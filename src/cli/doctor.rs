@@ -289,7 +289,7 @@ pub fn report() -> Report {
     checks.push(check(
         "no_network",
         sys::probe_in_child(|| {
-            isolation::enter_namespaces(true, false)
+            isolation::enter_namespaces(true, false, false)
                 .map(|ns| ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
         })
         .map(|m| {
@@ -305,9 +305,30 @@ pub fn report() -> Report {
         }),
     ));
     checks.push(check(
+        "allow_net",
+        sys::probe_in_child(|| {
+            // What `run` does for --allow-net: a network namespace for the
+            // child, then (the proxy's thread) back into this one to dial.
+            let ns = isolation::enter_namespaces(false, true, false)?;
+            let host = ns
+                .host_netns
+                .ok_or_else(|| "no network namespace was made".to_string())?;
+            nix::sched::setns(&host, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("re-entering the runner's network namespace: setns: {e}"))?;
+            Ok(ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
+        })
+        .map(|m| {
+            (
+                m,
+                format!("the child gets a network namespace with only loopback and governed-exec's HTTP proxy on {}, which dials only the lease's --allow-net entries from the runner's network", crate::process::network::PROXY_ADDR),
+            )
+        }),
+    ));
+    checks.push(check(
         "pid_namespace",
         sys::probe_in_child(|| {
-            isolation::enter_namespaces(false, true).map(|ns| ns.pid.unwrap_or("").to_string())
+            isolation::enter_namespaces(false, false, true)
+                .map(|ns| ns.pid.unwrap_or("").to_string())
         })
         .map(|m| (m, "the child is PID 1 of its own PID namespace".into())),
     ));

@@ -44,6 +44,9 @@ pub struct Prepared {
     pub landlock_guard_access: u64,
     /// Whether that ruleset covers every path of the key (as `key_covered`).
     pub key_landlocked: Option<Result<String, String>>,
+    /// `--allow-net`: the network namespace the runner came from, where the
+    /// egress proxy dials (CONTRACT §8).
+    pub host_netns: Option<OwnedFd>,
 }
 
 /// What the runner must keep from the child: its key and its state dir.
@@ -54,7 +57,11 @@ pub struct Protect<'a> {
 
 /// Whether the lease asks for any isolation option of §7.
 pub fn any_isolation(req: &IsolationRequest) -> bool {
-    req.as_user.is_some() || req.fs_write.is_some() || req.no_network || req.pid_namespace
+    req.as_user.is_some()
+        || req.fs_write.is_some()
+        || req.no_network
+        || !req.allow_net.is_empty()
+        || req.pid_namespace
 }
 
 /// The boundary in words. `mount_ns`: whether the child gets its own mount
@@ -108,6 +115,10 @@ pub fn boundary_text(
         None => {}
     }
     let network: Option<String> = match (req.no_network, net) {
+        (false, _) if !req.allow_net.is_empty() => Some(format!(
+            "{ALLOW_NET_BOUNDARY} {}",
+            req.allow_net.join(", ")
+        )),
         // The not-a-sandbox sentence above already says it.
         (false, _) if !sandboxed => None,
         (false, _) => Some("it can use the network".into()),
@@ -125,6 +136,8 @@ pub fn boundary_text(
     }
     parts.join("; ")
 }
+
+const ALLOW_NET_BOUNDARY: &str = "it has its own network namespace with only loopback, where governed-exec's HTTP proxy (named in HTTPS_PROXY, HTTP_PROXY, ALL_PROXY) is its only way out: a program that ignores those variables has no route at all, and the child cannot resolve names itself; the proxy passes CONNECT and absolute-form http:// requests only to";
 
 const SECCOMP_BOUNDARY: &str = "a seccomp filter lets it open only AF_UNIX and AF_NETLINK sockets: no TCP or UDP at all, not even to loopback";
 
@@ -159,6 +172,8 @@ pub struct Namespaces {
     pub seccomp: Option<SocketFilter>,
     /// Whether this process now lives in a user namespace of its own.
     pub user_namespace: bool,
+    /// `allow_net`: the network namespace this process left, for the proxy.
+    pub host_netns: Option<OwnedFd>,
 }
 
 const CAP_SYS_ADMIN: u32 = 21;
@@ -191,18 +206,44 @@ pub fn enter_user_namespace() -> Result<(), String> {
 /// for `--no-network` alone, failing both, a seccomp socket filter (checked
 /// in a throw-away child). `run` calls this before the use is spent;
 /// `doctor` calls it inside a probe child, so it reports what `run` does.
-pub fn enter_namespaces(no_network: bool, pid_namespace: bool) -> Result<Namespaces, String> {
+///
+/// `allow_net` (the egress proxy) needs a network namespace made with
+/// CAP_SYS_ADMIN: the proxy's threads re-enter the namespace this process
+/// came from to dial out, which a process inside an unprivileged user
+/// namespace may not do, and a seccomp filter would cut the proxy off too.
+pub fn enter_namespaces(
+    no_network: bool,
+    allow_net: bool,
+    pid_namespace: bool,
+) -> Result<Namespaces, String> {
     let mut out = Namespaces {
         net: None,
         pid: None,
         seccomp: None,
         user_namespace: false,
+        host_netns: None,
     };
-    if !no_network && !pid_namespace {
+    if !no_network && !allow_net && !pid_namespace {
         return Ok(out);
     }
     let mut why: Vec<String> = Vec::new();
     let admin = sys::has_effective_capability(CAP_SYS_ADMIN);
+    if allow_net {
+        if !admin {
+            return Err(unavailable(
+                "--allow-net",
+                "governed-exec does not hold CAP_SYS_ADMIN: the proxy must serve the child inside a network namespace and dial from the runner's own, and a runner in an unprivileged user namespace cannot re-enter its original network namespace (run as root, or with CAP_SYS_ADMIN)",
+            ));
+        }
+        let host = std::fs::File::open("/proc/thread-self/ns/net")
+            .map_err(|e| unavailable("--allow-net", format!("/proc/thread-self/ns/net: {e}")))?;
+        unshare(CloneFlags::CLONE_NEWNET)
+            .map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))
+            .and_then(|()| sys::loopback_up().map_err(|e| format!("bringing up loopback: {e}")))
+            .map_err(|e| unavailable("--allow-net", e))?;
+        out.net = Some(NetMechanism::NetworkNamespace);
+        out.host_netns = Some(OwnedFd::from(host));
+    }
     if !admin {
         why.push("governed-exec does not hold CAP_SYS_ADMIN".into());
         match enter_user_namespace() {
@@ -210,7 +251,7 @@ pub fn enter_namespaces(no_network: bool, pid_namespace: bool) -> Result<Namespa
             Err(e) => why.push(format!("no user namespace: {e}")),
         }
     }
-    if no_network {
+    if no_network && out.net.is_none() {
         if admin || out.user_namespace {
             let made = unshare(CloneFlags::CLONE_NEWNET)
                 .map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))
@@ -311,7 +352,7 @@ pub fn prepare(
     // with CLONE_NEWPID), for which this checks that we hold what it needs:
     // directly, through a user namespace, or (--no-network only) a seccomp
     // socket filter.
-    let ns = enter_namespaces(req.no_network, req.pid_namespace)?;
+    let ns = enter_namespaces(req.no_network, !req.allow_net.is_empty(), req.pid_namespace)?;
     // A root runner under isolation gives the child its own mount namespace
     // (the child is root until it drops to --as-user, and a uid-0 child stays
     // root): the runner's key and state dir, cgroupfs and host devices are
@@ -426,6 +467,7 @@ pub fn prepare(
         landlock_guard_access,
         landlock_guard_fd,
         key_landlocked,
+        host_netns: ns.host_netns,
     })
 }
 

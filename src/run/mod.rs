@@ -30,6 +30,7 @@ use crate::model::{
 use crate::os::safe_io::WriteTarget;
 use crate::os::sys::{ChildStep, SpawnSpec};
 use crate::process::cgroup::RunCgroups;
+use crate::process::network;
 use crate::process::scratch::{self, Scratch};
 use crate::process::supervise::{self, Ending, RunResult, SuperviseError};
 use crate::run::error::RunError;
@@ -149,6 +150,7 @@ impl Draft {
             signing: None,
             journal_record_sha256: None,
             runner_version: env!("CARGO_PKG_VERSION").into(),
+            network: None,
         }
     }
 
@@ -760,8 +762,36 @@ fn execute(
         &cgroups,
     );
 
+    // The egress proxy (CONTRACT §8): listening in the child's namespace
+    // and dialling from the runner's before the use is spent, so a failure
+    // is a refusal and the listener exists before the child can run.
+    let proxy = match prepared.host_netns.take() {
+        None => None,
+        Some(host) => {
+            let mechanism = prepared
+                .report
+                .network_mechanism
+                .clone()
+                .unwrap_or_default();
+            match network::Proxy::start(&body.isolation.allow_net, host, &mechanism) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    return refuse_with_lease(
+                        &draft,
+                        session,
+                        Reason::IsolationUnavailable,
+                        format!("--allow-net cannot be enforced here: {e}"),
+                    )
+                }
+            }
+        }
+    };
+
     // Everything the child needs, built before the use is spent.
-    let child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);
+    let mut child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);
+    if proxy.is_some() {
+        child_env.extend(network::proxy_env());
+    }
     let envp: Vec<CString> = child_env
         .iter()
         .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
@@ -894,6 +924,9 @@ fn execute(
         committed: &committed,
     });
     let executing_digest = committed.digest().to_string();
+    // Every process of the run is gone (or the outcome says it is not
+    // known): what is still open through the proxy is cut and counted.
+    let network_report = proxy.map(network::Proxy::finish);
 
     let mut receipt_body = draft.base(not_executed(Reason::ExecFailed, String::new()));
     receipt_body.lease = Some(lease_ref);
@@ -910,6 +943,7 @@ fn execute(
     receipt_body.process_limit = Some(process_limit.report.clone());
     receipt_body.signing = Some(signing_report(&key, &key_path, &prepared));
     receipt_body.journal_record_sha256 = Some(executing_digest);
+    receipt_body.network = network_report;
     match result {
         // governed-exec's own failure before the program existed: nothing
         // ran, whatever the use cost. Never `unknown`.
