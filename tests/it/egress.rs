@@ -582,3 +582,93 @@ for f in (tcp, udp_dns, name):
     assert!(connections(&r).is_empty());
     assert!(lab.log().is_empty(), "{:?}", lab.log());
 }
+
+/// Where no network namespace can be made for the proxy (root without
+/// CAP_SYS_ADMIN, as under Docker's defaults; an unprivileged runner, whose
+/// user namespace could not re-enter the runner's network), `--allow-net`
+/// is refused before anything is spent or spawned, and `doctor` run the
+/// same way says so and why.
+#[test]
+fn where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doctor_agrees() {
+    if !is_root() {
+        skip!("where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doctor_agrees: needs root to drop CAP_SYS_ADMIN and switch uid");
+        return;
+    }
+    if !tool("setpriv") {
+        skip!("where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doctor_agrees: needs setpriv (util-linux)");
+        return;
+    }
+    let no_admin = |c: &Command| {
+        let mut w = Command::new("setpriv");
+        w.args(["--bounding-set", "-sys_admin", "--"])
+            .arg(c.get_program())
+            .args(c.get_args())
+            .stdin(Stdio::null());
+        w
+    };
+    let touch = ["sh", "-c", "touch ran"];
+    let mut dc = crate::support::cmd();
+    dc.args(["doctor", "--json"]);
+    // Root without CAP_SYS_ADMIN: its own files.
+    let root_env = Env::new();
+    root_env.approve(&["--allow-net", "example.org"], &touch);
+    // uid 65534: a copy of the binary and files it owns.
+    let (nobody_env, bin) = unprivileged_env();
+    let o = output_settled(as_nobody(
+        &bin,
+        &nobody_env.approve_cmd(&["--allow-net", "example.org"], &touch),
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut nobody_run = as_nobody(&bin, &nobody_env.run_cmd(&[], &touch));
+    nobody_run.env("HOME", nobody_env.dir.path());
+    let mut nobody_doctor = as_nobody(&bin, &dc);
+    nobody_doctor.env("HOME", nobody_env.dir.path());
+    for (who, e, run, doctor) in [
+        (
+            "root without CAP_SYS_ADMIN",
+            &root_env,
+            no_admin(&root_env.run_cmd(&[], &touch)),
+            no_admin(&dc),
+        ),
+        ("uid 65534", &nobody_env, nobody_run, nobody_doctor),
+    ] {
+        let marker = e.ws.join("ran");
+        let before = e.journal_executing_count();
+        let r = finish_run(output_settled(run));
+        r.assert_refused("isolation_unavailable");
+        assert!(
+            r.stderr.contains("--allow-net cannot be enforced here")
+                && r.stderr.contains("CAP_SYS_ADMIN"),
+            "{who}: {}",
+            r.stderr
+        );
+        assert!(!marker.exists(), "{who}: the command ran");
+        assert_eq!(
+            e.journal_executing_count(),
+            before,
+            "{who}: a use was spent"
+        );
+        let o = output_settled(doctor);
+        assert!(
+            o.status.success(),
+            "{who}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let check = d["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "allow_net")
+            .cloned()
+            .unwrap_or_else(|| panic!("doctor has no allow_net: {d}"));
+        assert_eq!(check["available"], false, "{who}: {check}");
+        assert!(
+            check["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("CAP_SYS_ADMIN"),
+            "{who}: {check}"
+        );
+    }
+}
