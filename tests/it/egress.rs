@@ -672,3 +672,131 @@ fn where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doc
         );
     }
 }
+
+/// A wheel and a PEP 503 simple index for it, served by the lab's HTTPS host.
+fn publish_wheel(lab: &Lab) {
+    let script = r#"
+import sys, zipfile, hashlib, base64, os
+www = sys.argv[1]
+d = os.path.join(www, "simple", "gehello")
+os.makedirs(d, exist_ok=True)
+name = "gehello-1.0-py3-none-any.whl"
+files = {
+    "gehello/__init__.py": b"GREETING = 'hello'\n",
+    "gehello-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: gehello\nVersion: 1.0\n",
+    "gehello-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = ""
+for p, b in files.items():
+    h = base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
+    record += f"{p},sha256={h},{len(b)}\n"
+record += "gehello-1.0.dist-info/RECORD,,\n"
+with zipfile.ZipFile(os.path.join(d, name), "w") as z:
+    for p, b in files.items():
+        z.writestr(p, b)
+    z.writestr("gehello-1.0.dist-info/RECORD", record)
+with open(os.path.join(d, "index.html"), "w") as f:
+    f.write(f'<html><body><a href="{name}">{name}</a></body></html>\n')
+"#;
+    let ok = Command::new("python3")
+        .args(["-c", script])
+        .arg(lab.path("www"))
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "building the test wheel");
+}
+
+#[test]
+fn pip_download_from_a_listed_index_works_and_fails_without_it() {
+    let Some(lab) = Lab::new("pip_download_from_a_listed_index_works_and_fails_without_it") else {
+        return;
+    };
+    if !sh("/usr/bin/python3 -m pip --version >/dev/null 2>&1") {
+        skip!("pip_download_from_a_listed_index_works_and_fails_without_it: needs pip for /usr/bin/python3 (python3-pip; .ci/run installs it)");
+        return;
+    }
+    publish_wheel(&lab);
+    let pip = [
+        "python3",
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        "--retries",
+        "0",
+        "--timeout",
+        "10",
+        "--cert",
+        "ca.pem",
+        "--index-url",
+        "https://secure.test:8443/simple/",
+        "-d",
+        "dl",
+        "gehello==1.0",
+    ];
+    let cases = [
+        (
+            vec![
+                "--allow-net",
+                "secure.test:8443",
+                "--allow-net",
+                "10.19.0.2:8443",
+            ],
+            true,
+        ),
+        (vec!["--allow-net", "pypi.org"], false),
+    ];
+    for (flags, listed) in cases {
+        let e = Env::new();
+        std::fs::copy(lab.path("cert.pem"), e.ws.join("ca.pem")).unwrap();
+        let before = lab.log().len();
+        e.approve(&flags, &pip);
+        let r = lab.run(&e, &pip);
+        let wheel = e.ws.join("dl/gehello-1.0-py3-none-any.whl");
+        let conns = connections(&r);
+        if listed {
+            assert_eq!(r.code, 0, "{}\n{}", r.stderr, r.stdout_text());
+            assert!(wheel.exists());
+            assert!(!conns.is_empty());
+            for c in &conns {
+                assert_eq!(
+                    (&c["host"], &c["port"], &c["decision"], &c["address"]),
+                    (
+                        &Value::from("secure.test"),
+                        &Value::from(8443),
+                        &Value::from("allowed"),
+                        &Value::from(SERVER)
+                    ),
+                    "{c}"
+                );
+            }
+            let log = lab.log()[before..].to_vec();
+            assert!(
+                log.contains(&"8443 GET /simple/gehello/".to_string())
+                    && log.contains(
+                        &"8443 GET /simple/gehello/gehello-1.0-py3-none-any.whl".to_string()
+                    ),
+                "{log:?}"
+            );
+            // One tunnel per connection pip opened, each one in the log's order.
+            assert!(conns.len() <= log.len(), "{conns:?} vs {log:?}");
+        } else {
+            assert_ne!(r.code, 0, "pip succeeded without its index listed");
+            assert!(!wheel.exists());
+            assert!(!conns.is_empty());
+            assert!(
+                conns.iter().all(|c| c["decision"] == "denied"
+                    && c["reason"] == "not_in_allowlist"
+                    && c["host"] == "secure.test"),
+                "{conns:?}"
+            );
+            assert_eq!(lab.log().len(), before, "the index was reached");
+            assert_eq!(
+                r.predicate()["network"]["unused"],
+                serde_json::json!(["pypi.org:443"])
+            );
+        }
+    }
+}
