@@ -247,6 +247,18 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         return Err("--allow-net and --no-network together: --no-network allows no host at all; give one or the other".into());
     }
     let allow_net = network::canonical_list(&a.allow_net).map_err(|e| e.to_string())?;
+    if !allow_net.is_empty() {
+        let proxy_vars = network::proxy_env();
+        if let Some((k, _)) = env_policy
+            .fixed
+            .iter()
+            .find(|(k, _)| proxy_vars.iter().any(|(p, _)| p == *k))
+        {
+            return Err(format!(
+                "--env {k} with --allow-net: governed-exec sets {k} to its own proxy; leave it out"
+            ));
+        }
+    }
     let isolation = IsolationRequest {
         as_user: a.as_user.as_deref().map(parse_user).transpose()?,
         fs_write,

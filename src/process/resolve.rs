@@ -13,7 +13,12 @@
 //! Which addresses may then be dialled is [`refusal`]'s decision.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The most one name's resolution may take, however many nameservers and
+/// attempts resolv.conf names: the proxy's workers must end soon after the
+/// run (the receipt waits for them).
+pub const BUDGET: Duration = Duration::from_secs(10);
 
 /// Why a name gave no address.
 #[derive(Debug, thiserror::Error)]
@@ -99,10 +104,11 @@ pub fn resolve(name: &str, hosts: &str, resolv: &str) -> Result<Vec<IpAddr>, Res
         return Ok(listed);
     }
     let conf = ResolvConf::parse(resolv);
+    let deadline = Instant::now() + BUDGET;
     let mut out = Vec::new();
     let mut last = None;
     for qtype in [QTYPE_A, QTYPE_AAAA] {
-        match query_all(&conf, name, qtype) {
+        match query_all(&conf, name, qtype, deadline) {
             Ok(addrs) => out.extend(addrs),
             Err(e) => last = Some(e),
         }
@@ -116,11 +122,23 @@ pub fn resolve(name: &str, hosts: &str, resolv: &str) -> Result<Vec<IpAddr>, Res
 const QTYPE_A: u16 = 1;
 const QTYPE_AAAA: u16 = 28;
 
-fn query_all(conf: &ResolvConf, name: &str, qtype: u16) -> Result<Vec<IpAddr>, ResolveError> {
+fn query_all(
+    conf: &ResolvConf,
+    name: &str,
+    qtype: u16,
+    deadline: Instant,
+) -> Result<Vec<IpAddr>, ResolveError> {
     let mut why = String::from("no nameserver");
     for _ in 0..conf.attempts {
         for ns in &conf.nameservers {
-            match query(*ns, conf.timeout, name, qtype) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ResolveError::NoAnswer {
+                    name: name.to_string(),
+                    why: format!("{why}; gave up after {}s", BUDGET.as_secs()),
+                });
+            }
+            match query(*ns, conf.timeout.min(left), name, qtype) {
                 Ok(Answer::Addresses(a)) if a.is_empty() => {
                     return Err(ResolveError::NoAddress(name.to_string()))
                 }
