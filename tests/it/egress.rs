@@ -41,6 +41,28 @@ def serve(port, tls):
 servers = [serve(8080, False), serve(8081, False), serve(8443, True)]
 for s in servers:
     threading.Thread(target=s.serve_forever, daemon=True).start()
+# A nameserver: every A query is answered 10.19.0.2, AAAA with no record;
+# each query is logged as `53 QTYPE NAME`.
+import socket, struct
+dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+dns.bind(("10.19.0.2", 53))
+def answer():
+    while True:
+        q, peer = dns.recvfrom(512)
+        i, labels = 12, []
+        while q[i]:
+            labels.append(q[i + 1:i + 1 + q[i]].decode()); i += 1 + q[i]
+        qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+        question = q[12:i + 5]
+        with open(log, "a") as f:
+            f.write("53 %d %s\n" % (qtype, ".".join(labels)))
+        if qtype == 1:
+            rr = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + bytes([10, 19, 0, 2])
+            head = q[:2] + b"\x81\x80" + struct.pack(">HHHH", 1, 1, 0, 0)
+        else:
+            rr, head = b"", q[:2] + b"\x81\x80" + struct.pack(">HHHH", 1, 0, 0, 0)
+        dns.sendto(head + question + rr, peer)
+threading.Thread(target=answer, daemon=True).start()
 open(ready, "w").close()
 threading.Event().wait()
 "#;
@@ -110,6 +132,11 @@ impl Lab {
             ),
         )
         .unwrap();
+        std::fs::write(
+            d.join("hosts.resolv"),
+            format!("nameserver {SERVER}\noptions timeout:2 attempts:1\n"),
+        )
+        .unwrap();
         assert!(sh(&format!(
             "cd {} && openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 1 \
              -subj /CN=secure.test -addext 'subjectAltName=DNS:secure.test,IP:{SERVER}' 2>/dev/null",
@@ -155,7 +182,11 @@ impl Lab {
         let mut w = Command::new("nsenter");
         w.arg(format!("--net=/run/netns/{}", self.ns_runner))
             .args(["--", "unshare", "-m", "--propagation", "private", "--"])
-            .args(["sh", "-c", "mount --bind \"$0\" /etc/hosts && exec \"$@\""])
+            .args([
+                "sh",
+                "-c",
+                "mount --bind \"$0\" /etc/hosts && mount --bind \"$0.resolv\" /etc/resolv.conf && exec \"$@\"",
+            ])
             .arg(self.path("hosts"))
             .arg(c.get_program())
             .args(c.get_args())
@@ -798,5 +829,56 @@ fn pip_download_from_a_listed_index_works_and_fails_without_it() {
                 serde_json::json!(["pypi.org:443"])
             );
         }
+    }
+}
+
+#[test]
+fn a_name_not_in_hosts_is_resolved_by_the_proxy_over_udp_dns_from_the_runners_network() {
+    let Some(lab) = Lab::new(
+        "a_name_not_in_hosts_is_resolved_by_the_proxy_over_udp_dns_from_the_runners_network",
+    ) else {
+        return;
+    };
+    let e = Env::new();
+    let cmd = [
+        "sh",
+        "-c",
+        "curl -sS -w ' %{http_code}\\n' http://dns.test:8080/hello.txt; curl -sS -w ' %{http_code}\\n' http://listed.test:8080/hello.txt",
+    ];
+    e.approve(
+        &[
+            "--allow-net",
+            "dns.test:8080",
+            "--allow-net",
+            "listed.test:8080",
+            "--allow-net",
+            "10.19.0.2:8080",
+        ],
+        &cmd,
+    );
+    let r = lab.run(&e, &cmd);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // Both names came from the test nameserver (A, then AAAA), asked by the
+    // proxy from the runner's namespace; with the literal listed, both pass.
+    assert_eq!(
+        r.stdout_text(),
+        "hello from the test host\n 200\nhello from the test host\n 200\n"
+    );
+    let log = lab.log();
+    for name in ["dns.test", "listed.test"] {
+        assert!(log.contains(&format!("53 1 {name}")), "{log:?}");
+    }
+    let conns = connections(&r);
+    assert_eq!(conns.len(), 2);
+    for (c, host) in conns.iter().zip(["dns.test", "listed.test"]) {
+        assert_eq!(
+            (&c["host"], &c["address"], &c["decision"]),
+            (
+                &Value::from(host),
+                &Value::from(SERVER),
+                &Value::from("allowed")
+            ),
+            "{c}"
+        );
     }
 }
