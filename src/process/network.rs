@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -39,6 +39,9 @@ use crate::process::resolve;
 /// Where the child finds the proxy: loopback of its own namespace, where
 /// nothing else can have taken the port.
 pub const PROXY_ADDR: &str = "127.0.0.1:3128";
+/// [`PROXY_ADDR`] as an address: binding or dialling a string would go
+/// through the std resolver, and the static release calls no NSS function.
+const PROXY_SOCKADDR: ([u8; 4], u16) = ([127, 0, 0, 1], 3128);
 /// Connections relayed at once; more are answered 503 and recorded denied.
 pub const MAX_ACTIVE: usize = 64;
 /// Connection attempts listed in the receipt; the rest are counted.
@@ -181,7 +184,8 @@ pub enum ProxyError {
 
 /// What the proxy has seen so far.
 struct Log {
-    connections: Vec<Connection>,
+    /// (acceptance order, attempt) of the first [`MAX_RECORDED`] accepted.
+    connections: Vec<(u64, Connection)>,
     omitted: u64,
     used: Vec<bool>,
 }
@@ -226,7 +230,8 @@ impl Proxy {
             .iter()
             .filter_map(|a| Allow::parse(a).ok())
             .collect::<Vec<_>>();
-        let listener = TcpListener::bind(PROXY_ADDR).map_err(ProxyError::Listen)?;
+        let listener =
+            TcpListener::bind(SocketAddr::from(PROXY_SOCKADDR)).map_err(ProxyError::Listen)?;
         let shared = Arc::new(Shared {
             allow,
             own: Mutex::new(Vec::new()),
@@ -279,7 +284,7 @@ impl Proxy {
         self.shared.stopping.store(true, Ordering::SeqCst);
         // Wake the acceptor: a connection from this thread, which is in the
         // child's namespace where the listener lives.
-        let _ = TcpStream::connect(PROXY_ADDR);
+        let _ = TcpStream::connect(SocketAddr::from(PROXY_SOCKADDR));
         if let Some(a) = self.acceptor.take() {
             let _ = a.join();
         }
@@ -303,7 +308,11 @@ impl Proxy {
         NetworkReport {
             mechanism: self.mechanism.clone(),
             allowed: self.allowed.clone(),
-            connections: log.connections.clone(),
+            connections: {
+                let mut c = log.connections.clone();
+                c.sort_by_key(|(seq, _)| *seq);
+                c.into_iter().map(|(_, c)| c).collect()
+            },
             omitted: log.omitted,
             unused: self
                 .allowed
@@ -349,6 +358,7 @@ fn accept_loop(s: &Arc<Shared>, listener: &TcpListener) {
         }
         let Ok((client, _)) = accepted else { continue };
         let started = (SystemTime::now(), Instant::now());
+        let seq = s.next_id.fetch_add(1, Ordering::SeqCst);
         {
             let mut active = lock(&s.active);
             if *active >= MAX_ACTIVE {
@@ -359,7 +369,7 @@ fn accept_loop(s: &Arc<Shared>, listener: &TcpListener) {
                     "Service Unavailable",
                     &format!("governed-exec: more than {MAX_ACTIVE} connections at once through the egress proxy\n"),
                 ));
-                record(s, attempt("", 0, started), "too_many_connections");
+                record(s, seq, attempt("", 0, started), "too_many_connections");
                 continue;
             }
             *active += 1;
@@ -368,7 +378,7 @@ fn accept_loop(s: &Arc<Shared>, listener: &TcpListener) {
         let spawned = std::thread::Builder::new()
             .name("egress-conn".into())
             .spawn(move || {
-                handle(&s2, client, started);
+                handle(&s2, seq, client, started);
                 *lock(&s2.active) -= 1;
             });
         match spawned {
@@ -397,16 +407,17 @@ fn attempt(host: &str, port: u16, started: (SystemTime, Instant)) -> Connection 
 }
 
 /// Record a denied attempt with its reason.
-fn record(s: &Shared, mut c: Connection, reason: &str) {
+fn record(s: &Shared, seq: u64, mut c: Connection, reason: &str) {
     c.decision = NetDecision::Denied;
     c.reason = Some(reason.to_string());
-    push(s, c);
+    push(s, seq, c);
 }
 
-fn push(s: &Shared, c: Connection) {
+/// Keep the attempt if it is among the first [`MAX_RECORDED`] accepted.
+fn push(s: &Shared, seq: u64, c: Connection) {
     let mut log = lock(&s.log);
-    if log.connections.len() < MAX_RECORDED {
-        log.connections.push(c);
+    if seq < MAX_RECORDED as u64 {
+        log.connections.push((seq, c));
     } else {
         log.omitted += 1;
     }
@@ -547,8 +558,7 @@ fn entry_of(allow: &[Allow], host: &str, port: u16) -> Option<usize> {
     allow.iter().position(|a| a.port == port && a.host == asked)
 }
 
-fn handle(s: &Arc<Shared>, mut client: TcpStream, started: (SystemTime, Instant)) {
-    let id = s.next_id.fetch_add(1, Ordering::SeqCst);
+fn handle(s: &Arc<Shared>, id: u64, mut client: TcpStream, started: (SystemTime, Instant)) {
     if let Ok(c) = client.try_clone() {
         lock(&s.open).insert(id, vec![c]);
     }
@@ -569,7 +579,7 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
                 "Bad Request",
                 "governed-exec: the egress proxy serves CONNECT host:port and absolute-form http:// requests only\n",
             ));
-            record(s, attempt(&host, port, started), "bad_request");
+            record(s, id, attempt(&host, port, started), "bad_request");
             return;
         }
     };
@@ -582,7 +592,7 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
                 why: &str| {
         let _ = client.write_all(&response(code, text, &body));
         conn.duration_ms = started.1.elapsed().as_millis() as u64;
-        record(s, conn, why);
+        record(s, id, conn, why);
     };
     let target = format!("{}:{}", ask.host, ask.port);
     let Some(entry) = entry_of(&s.allow, &ask.host, ask.port) else {
@@ -655,7 +665,7 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
         ));
         conn.duration_ms = started.1.elapsed().as_millis() as u64;
         lock(&s.log).used[entry] = true;
-        return push(s, conn);
+        return push(s, id, conn);
     };
     lock(&s.log).used[entry] = true;
     conn.decision = NetDecision::Allowed;
@@ -688,7 +698,7 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
         conn.bytes_received = received;
     }
     conn.duration_ms = started.1.elapsed().as_millis() as u64;
-    push(s, conn);
+    push(s, id, conn);
 }
 
 /// Copy both ways until both sides are done: (child → host, host → child).
@@ -709,8 +719,61 @@ fn relay(client: &TcpStream, up: TcpStream) -> (u64, u64) {
     (sent, received)
 }
 
-/// One direction: read until EOF or error, then half-close the writer.
-fn copy(mut from: TcpStream, mut to: TcpStream) -> u64 {
+/// One direction until EOF or error, then half-close the writer: spliced
+/// through a pipe (the payload never enters user space), or read and
+/// written where splice is refused.
+fn copy(from: TcpStream, to: TcpStream) -> u64 {
+    let total = match splice_copy(&from, &to) {
+        Ok(n) => n,
+        Err(SpliceStop::Unsupported) => read_write_copy(&from, &to),
+        Err(SpliceStop::Ended(n)) => n,
+    };
+    let _ = to.shutdown(Shutdown::Write);
+    total
+}
+
+enum SpliceStop {
+    /// splice(2) does not take these fds: nothing was moved yet.
+    Unsupported,
+    /// An error after `n` bytes: the connection is over.
+    Ended(u64),
+}
+
+fn splice_copy(from: &TcpStream, to: &TcpStream) -> Result<u64, SpliceStop> {
+    use nix::errno::Errno;
+    use nix::fcntl::{fcntl, splice, FcntlArg, OFlag, SpliceFFlags};
+    let (pr, pw) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|_| SpliceStop::Unsupported)?;
+    // A bigger pipe moves more per call; the default (64 KiB) where refused.
+    let _ = fcntl(pw.as_raw_fd(), FcntlArg::F_SETPIPE_SZ(COPY_BUF as i32 * 8));
+    let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_MORE;
+    let mut total = 0u64;
+    loop {
+        let n = match splice(from, None, &pw, None, COPY_BUF * 8, flags) {
+            Ok(0) => return Ok(total),
+            Ok(n) => n,
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EINVAL | Errno::ENOSYS) if total == 0 => {
+                return Err(SpliceStop::Unsupported)
+            }
+            Err(_) => return Err(SpliceStop::Ended(total)),
+        };
+        let mut left = n;
+        while left > 0 {
+            match splice(&pr, None, to, None, left, flags) {
+                Ok(0) => return Err(SpliceStop::Ended(total)),
+                Ok(m) => left -= m,
+                Err(Errno::EINTR) => {}
+                Err(_) => {
+                    let _ = from.shutdown(Shutdown::Read);
+                    return Err(SpliceStop::Ended(total + (n - left) as u64));
+                }
+            }
+        }
+        total += n as u64;
+    }
+}
+
+fn read_write_copy(mut from: &TcpStream, mut to: &TcpStream) -> u64 {
     let mut buf = vec![0u8; COPY_BUF];
     let mut total = 0u64;
     loop {
@@ -727,6 +790,5 @@ fn copy(mut from: TcpStream, mut to: TcpStream) -> u64 {
             Err(_) => break,
         }
     }
-    let _ = to.shutdown(Shutdown::Write);
     total
 }

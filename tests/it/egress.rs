@@ -882,3 +882,42 @@ fn a_name_not_in_hosts_is_resolved_by_the_proxy_over_udp_dns_from_the_runners_ne
         );
     }
 }
+
+#[test]
+fn the_receipt_lists_the_first_256_attempts_and_counts_the_rest() {
+    let Some(lab) = Lab::new("the_receipt_lists_the_first_256_attempts_and_counts_the_rest") else {
+        return;
+    };
+    let e = Env::new();
+    // 300 CONNECTs to an unlisted host, one after the other, each refused.
+    let flood = r#"
+import socket
+codes = set()
+for i in range(300):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT flood.test:%d HTTP/1.1\r\n\r\n" % (i + 1))
+    codes.add(s.recv(64).split(b" ")[1])
+    s.close()
+print(sorted(codes))
+"#;
+    std::fs::write(e.ws.join("flood.py"), flood).unwrap();
+    let cmd = ["python3", "flood.py"];
+    network_goal(&e, r#"{ "kind": "network", "max_denied": 299 }"#);
+    e.approve(&["--allow-net", "10.19.0.2:8080"], &cmd);
+    let r = lab.run(&e, &cmd);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout_text(), "[b'403']\n");
+    let net = &r.predicate()["network"];
+    let conns = connections(&r);
+    assert_eq!(conns.len(), 256);
+    assert_eq!(net["omitted"], 44);
+    assert_eq!(conns[255]["port"], 256);
+    // 256 listed + 44 counted: more than 299 cannot be ruled out... and
+    // exactly 300 were denied, which the criterion must not let through.
+    let (code, out) = e.verify(&save(&e, &r, "flood.json"));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("44 connection attempt(s) are only counted"),
+        "{out}"
+    );
+}
