@@ -25,12 +25,13 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sched::{setns, CloneFlags};
 
 use crate::model::{Connection, NetDecision, NetworkReport};
@@ -176,6 +177,8 @@ pub fn proxy_env() -> Vec<(String, String)> {
 pub enum ProxyError {
     #[error("cannot listen on {PROXY_ADDR} in the child's network namespace: {0}")]
     Listen(#[source] std::io::Error),
+    #[error("the lease's allow_net: {0}")]
+    Entry(#[from] AllowError),
     #[error("cannot start the proxy thread: {0}")]
     Thread(#[source] std::io::Error),
     #[error("the proxy cannot re-enter the runner's network namespace to dial out: {0}")]
@@ -226,12 +229,15 @@ impl Proxy {
         host_netns: OwnedFd,
         mechanism: &str,
     ) -> Result<Proxy, ProxyError> {
+        // A signed lease holds only what `approve` wrote; an entry this
+        // binary cannot read is a refusal, never an entry silently dropped.
         let allow = allowed
             .iter()
-            .filter_map(|a| Allow::parse(a).ok())
-            .collect::<Vec<_>>();
+            .map(|a| Allow::parse(a))
+            .collect::<Result<Vec<_>, _>>()?;
         let listener =
             TcpListener::bind(SocketAddr::from(PROXY_SOCKADDR)).map_err(ProxyError::Listen)?;
+        listener.set_nonblocking(true).map_err(ProxyError::Listen)?;
         let shared = Arc::new(Shared {
             allow,
             own: Mutex::new(Vec::new()),
@@ -352,11 +358,17 @@ fn own_addresses() -> Vec<IpAddr> {
 
 fn accept_loop(s: &Arc<Shared>, listener: &TcpListener) {
     loop {
-        let accepted = listener.accept();
+        // Polled, not a blocking accept: `stop` must end this loop even if
+        // its wake-up connection cannot reach the listener.
+        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        let _ = poll(&mut fds, PollTimeout::from(250u16));
         if s.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let Ok((client, _)) = accepted else { continue };
+        let client = match listener.accept() {
+            Ok((c, _)) if c.set_nonblocking(false).is_ok() => c,
+            _ => continue,
+        };
         let started = (SystemTime::now(), Instant::now());
         let seq = s.next_id.fetch_add(1, Ordering::SeqCst);
         {
@@ -791,4 +803,85 @@ fn read_write_copy(mut from: &TcpStream, mut to: &TcpStream) -> u64 {
         }
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_are_canonical_and_wildcards_refused() {
+        let c = |s: &str| Allow::parse(s).map(|a| a.canonical());
+        assert_eq!(c("PyPI.org").unwrap(), "pypi.org:443");
+        assert_eq!(c("index.crates.io:8443").unwrap(), "index.crates.io:8443");
+        assert_eq!(c("10.0.0.5:80").unwrap(), "10.0.0.5:80");
+        assert_eq!(c("2001:db8::1").unwrap(), "[2001:db8::1]:443");
+        assert_eq!(c("[2001:DB8::1]:8443").unwrap(), "[2001:db8::1]:8443");
+        for bad in [
+            "*.pypi.org",
+            "pypi.org:0",
+            "pypi.org:+1",
+            "pypi.org:65536",
+            "",
+            "a b",
+            "-x.org",
+            "x..org",
+            "010.0.0.1",
+            "user@host",
+            "[::1",
+            "[::1]x",
+        ] {
+            assert!(Allow::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn requests_are_read_as_connect_or_absolute_form_only() {
+        let a = parse_ask(b"CONNECT PyPI.org:443 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .ok()
+            .unwrap();
+        assert_eq!(
+            (a.host.as_str(), a.port, a.forward.is_none()),
+            ("pypi.org", 443, true)
+        );
+        let a = parse_ask(
+            b"GET http://Web.Test/p?q=1 HTTP/1.1\r\nHost: web.test\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n",
+        )
+        .ok()
+        .unwrap();
+        assert_eq!((a.host.as_str(), a.port), ("web.test", 80));
+        assert_eq!(
+            String::from_utf8(a.forward.unwrap()).unwrap(),
+            "GET /p?q=1 HTTP/1.1\r\nHost: web.test\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let a = parse_ask(b"GET http://[::1]:8080 HTTP/1.0\r\n\r\n")
+            .ok()
+            .unwrap();
+        assert_eq!((a.host.as_str(), a.port), ("[::1]", 8080));
+        for bad in [
+            &b"GET /relative HTTP/1.1\r\n\r\n"[..],
+            b"GET https://x.org/ HTTP/1.1\r\n\r\n",
+            b"CONNECT x.org HTTP/1.1\r\n\r\n",
+            b"CONNECT user@x.org:443 HTTP/1.1\r\n\r\n",
+            b"GET http://x.org/ SPDY/3\r\n\r\n",
+            b"GET  http://x.org/ HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(parse_ask(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn a_request_matches_only_its_exact_entry() {
+        let allow: Vec<Allow> = ["pypi.org", "10.0.0.5:8080", "[2001:db8::1]:443"]
+            .iter()
+            .map(|a| Allow::parse(a).unwrap())
+            .collect();
+        assert_eq!(entry_of(&allow, "pypi.org", 443), Some(0));
+        assert_eq!(entry_of(&allow, "pypi.org", 80), None);
+        assert_eq!(entry_of(&allow, "evil.pypi.org", 443), None);
+        assert_eq!(entry_of(&allow, "pypi.org.", 443), None);
+        assert_eq!(entry_of(&allow, "10.0.0.5", 8080), Some(1));
+        assert_eq!(entry_of(&allow, "[2001:db8:0::1]", 443), Some(2));
+        assert_eq!(entry_of(&allow, "2001:db8::1", 443), Some(2));
+    }
 }
