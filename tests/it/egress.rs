@@ -318,7 +318,8 @@ fn allowed_http_and_https_pass_and_every_connection_is_in_the_receipt() {
     std::fs::copy(lab.path("cert.pem"), e.ws.join("ca.pem")).unwrap();
     let script = "curl -sS --fail http://10.19.0.2:8080/hello.txt && \
                   curl -sS --fail --cacert ca.pem https://10.19.0.2:8443/hello.txt && \
-                  python3 -c 'import urllib.request as u; print(u.urlopen(\"http://10.19.0.2:8080/hello.txt?py\").read().decode().strip(), \"via urllib\")'";
+                  python3 -c 'import urllib.request as u; print(u.urlopen(\"http://10.19.0.2:8080/hello.txt?py\").read().decode().strip(), \"via urllib\")' && \
+                  python3 -c 'import ssl, urllib.request as u; c = ssl.create_default_context(cafile=\"ca.pem\"); print(u.urlopen(\"https://10.19.0.2:8443/hello.txt?pys\", context=c).read().decode().strip(), \"via urllib https\")'";
     let cmd = ["sh", "-c", script];
     network_goal(
         &e,
@@ -345,7 +346,7 @@ fn allowed_http_and_https_pass_and_every_connection_is_in_the_receipt() {
     );
     assert_eq!(
         r.stdout_text(),
-        "hello from the test host\nhello from the test host\nhello from the test host via urllib\n"
+        "hello from the test host\nhello from the test host\nhello from the test host via urllib\nhello from the test host via urllib https\n"
     );
     let net = &r.predicate()["network"];
     assert_eq!(net["mechanism"], "network_namespace");
@@ -371,7 +372,11 @@ fn allowed_http_and_https_pass_and_every_connection_is_in_the_receipt() {
             "allowed".to_string(),
         )
     };
-    assert_eq!(seen, vec![want(8080), want(8443), want(8080)], "{conns:?}");
+    assert_eq!(
+        seen,
+        vec![want(8080), want(8443), want(8080), want(8443)],
+        "{conns:?}"
+    );
     for c in &conns {
         assert!(c["reason"].is_null(), "{c}");
         assert!(c["bytes_sent"].as_u64().unwrap() > 0, "{c}");
@@ -383,7 +388,8 @@ fn allowed_http_and_https_pass_and_every_connection_is_in_the_receipt() {
         vec![
             "8080 GET /hello.txt",
             "8443 GET /hello.txt",
-            "8080 GET /hello.txt?py"
+            "8080 GET /hello.txt?py",
+            "8443 GET /hello.txt?pys"
         ]
     );
 
