@@ -451,24 +451,26 @@ struct Ask {
     forward: Option<Vec<u8>>,
 }
 
-/// Read the request head: its bytes and whatever followed it.
-fn read_head(c: &mut TcpStream) -> Option<(Vec<u8>, Vec<u8>)> {
-    c.set_read_timeout(Some(HEAD_TIMEOUT)).ok()?;
+/// Read the request head: its bytes and whatever followed it; `Err(true)`
+/// when something was sent but no whole head within the bounds (size,
+/// time), `Err(false)` when the connection closed having sent nothing.
+fn read_head(c: &mut TcpStream) -> Result<(Vec<u8>, Vec<u8>), bool> {
+    c.set_read_timeout(Some(HEAD_TIMEOUT)).map_err(|_| false)?;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
-        let n = c.read(&mut chunk).ok()?;
-        if n == 0 {
-            return None;
-        }
+        let n = match c.read(&mut chunk) {
+            Ok(0) | Err(_) => return Err(!buf.is_empty()),
+            Ok(n) => n,
+        };
         buf.extend_from_slice(&chunk[..n]);
         if let Some(end) = memchr::memmem::find(&buf, b"\r\n\r\n") {
             let rest = buf.split_off(end + 4);
-            c.set_read_timeout(None).ok()?;
-            return Some((buf, rest));
+            c.set_read_timeout(None).map_err(|_| true)?;
+            return Ok((buf, rest));
         }
         if buf.len() > HEAD_MAX {
-            return None;
+            return Err(true);
         }
     }
 }
@@ -579,13 +581,18 @@ fn handle(s: &Arc<Shared>, id: u64, mut client: TcpStream, started: (SystemTime,
 }
 
 fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime, Instant)) {
-    let Some((head, rest)) = read_head(client) else {
-        // Closed or garbled before a whole head: nothing was asked.
-        return;
-    };
-    let ask = match parse_ask(&head) {
+    let parsed = read_head(client)
+        .map_err(|sent| (sent, (String::new(), 0)))
+        .and_then(|(head, rest)| {
+            parse_ask(&head)
+                .map(|ask| (ask, rest))
+                .map_err(|what| (true, what))
+        });
+    let (ask, rest) = match parsed {
         Ok(a) => a,
-        Err((host, port)) => {
+        // Closed having sent nothing: nothing was asked.
+        Err((false, _)) => return,
+        Err((true, (host, port))) => {
             let _ = client.write_all(&response(
                 400,
                 "Bad Request",

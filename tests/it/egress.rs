@@ -927,3 +927,57 @@ print(sorted(codes))
         "{out}"
     );
 }
+
+#[test]
+fn requests_the_proxy_does_not_serve_get_400_and_are_recorded_denied() {
+    let Some(lab) = Lab::new("requests_the_proxy_does_not_serve_get_400_and_are_recorded_denied")
+    else {
+        return;
+    };
+    let e = Env::new();
+    // An origin-form request, an https:// absolute-form one (TLS must be a
+    // CONNECT), a head larger than the bound, and a connection that closes
+    // having sent nothing (not an attempt).
+    let probe = r#"
+import socket
+def ask(data):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(data)
+    r = s.recv(200).split(b"\r\n")[0].decode()
+    s.close()
+    return r
+print(ask(b"GET /hello.txt HTTP/1.1\r\nHost: 10.19.0.2:8080\r\n\r\n"))
+print(ask(b"GET https://10.19.0.2:8443/ HTTP/1.1\r\n\r\n"))
+print(ask(b"GET http://10.19.0.2:8080/ HTTP/1.1\r\nX: " + b"a" * 20000))
+socket.create_connection(("127.0.0.1", 3128)).close()
+"#;
+    std::fs::write(e.ws.join("probe.py"), probe).unwrap();
+    let cmd = ["python3", "probe.py"];
+    e.approve(
+        &[
+            "--allow-net",
+            "10.19.0.2:8080",
+            "--allow-net",
+            "10.19.0.2:8443",
+        ],
+        &cmd,
+    );
+    let r = lab.run(&e, &cmd);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stdout_text(),
+        "HTTP/1.1 400 Bad Request\nHTTP/1.1 400 Bad Request\nHTTP/1.1 400 Bad Request\n"
+    );
+    let reasons: Vec<(String, String)> = connections(&r)
+        .iter()
+        .map(|c| {
+            (
+                c["decision"].as_str().unwrap().to_string(),
+                c["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let bad = ("denied".to_string(), "bad_request".to_string());
+    assert_eq!(reasons, vec![bad.clone(), bad.clone(), bad]);
+    assert!(lab.log().is_empty(), "{:?}", lab.log());
+}
