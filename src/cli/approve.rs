@@ -483,7 +483,7 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         );
         line(
             "  not covered",
-            "what a listed host does with the data or forwards it to; plain http:// content is not encrypted; programs that ignore the proxy variables, DNS lookups and UDP get no network at all (fail closed); needs CAP_SYS_ADMIN at run (else isolation_unavailable)".into(),
+            "what a listed host does with the data or forwards it to; plain http:// content is not encrypted; programs that ignore the proxy variables, DNS lookups and UDP get no network at all (fail closed); needs a network namespace at run (CAP_SYS_ADMIN or an unprivileged user namespace; else isolation_unavailable)".into(),
         );
     }
     for w in crate::cli::toolchain::warnings(b) {

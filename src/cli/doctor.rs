@@ -282,14 +282,14 @@ pub fn report() -> Report {
             .map(|_| {
                 (
                     "user_namespace".into(),
-                    "an unprivileged user namespace can be made (used for --no-network and --pid-namespace without CAP_SYS_ADMIN)".into(),
+                    "an unprivileged user namespace can be made (used for --no-network, --allow-net and --pid-namespace without CAP_SYS_ADMIN)".into(),
                 )
             }),
     ));
     checks.push(check(
         "no_network",
         sys::probe_in_child(|| {
-            isolation::enter_namespaces(true, false, false)
+            isolation::enter_namespaces(true, &[], false)
                 .map(|ns| ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
         })
         .map(|m| {
@@ -307,14 +307,9 @@ pub fn report() -> Report {
     checks.push(check(
         "allow_net",
         sys::probe_in_child(|| {
-            // What `run` does for --allow-net: a network namespace for the
-            // child, then (the proxy's thread) back into this one to dial.
-            let ns = isolation::enter_namespaces(false, true, false)?;
-            let host = ns
-                .host_netns
-                .ok_or_else(|| "no network namespace was made".to_string())?;
-            nix::sched::setns(&host, nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(|e| format!("re-entering the runner's network namespace: setns: {e}"))?;
+            // What `run` does for --allow-net: the proxy's thread in this
+            // namespace, the child's namespace with the listener in it.
+            let ns = isolation::enter_namespaces(false, &["doctor.invalid:443".to_string()], false)?;
             Ok(ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
         })
         .map(|m| {
@@ -327,8 +322,7 @@ pub fn report() -> Report {
     checks.push(check(
         "pid_namespace",
         sys::probe_in_child(|| {
-            isolation::enter_namespaces(false, false, true)
-                .map(|ns| ns.pid.unwrap_or("").to_string())
+            isolation::enter_namespaces(false, &[], true).map(|ns| ns.pid.unwrap_or("").to_string())
         })
         .map(|m| (m, "the child is PID 1 of its own PID namespace".into())),
     ));

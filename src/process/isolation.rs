@@ -24,6 +24,7 @@ use nix::unistd::{getegid, geteuid};
 use crate::gate::reach;
 use crate::model::{IsolationReport, IsolationRequest};
 use crate::os::sys::{self, ChildCreds, MountPlan, SocketFilter};
+use crate::process::network::{self, Proxy};
 
 pub struct Prepared {
     pub creds: Option<ChildCreds>,
@@ -44,9 +45,9 @@ pub struct Prepared {
     pub landlock_guard_access: u64,
     /// Whether that ruleset covers every path of the key (as `key_covered`).
     pub key_landlocked: Option<Result<String, String>>,
-    /// `--allow-net`: the network namespace the runner came from, where the
-    /// egress proxy dials (CONTRACT §8).
-    pub host_netns: Option<OwnedFd>,
+    /// `--allow-net`: the egress proxy (CONTRACT §8), listening in the
+    /// child's network namespace, dialling from the runner's.
+    pub proxy: Option<Proxy>,
 }
 
 /// What the runner must keep from the child: its key and its state dir.
@@ -172,8 +173,8 @@ pub struct Namespaces {
     pub seccomp: Option<SocketFilter>,
     /// Whether this process now lives in a user namespace of its own.
     pub user_namespace: bool,
-    /// `allow_net`: the network namespace this process left, for the proxy.
-    pub host_netns: Option<OwnedFd>,
+    /// `allow_net`: the proxy, listening in the new network namespace.
+    pub proxy: Option<Proxy>,
 }
 
 const CAP_SYS_ADMIN: u32 = 21;
@@ -207,13 +208,14 @@ pub fn enter_user_namespace() -> Result<(), String> {
 /// in a throw-away child). `run` calls this before the use is spent;
 /// `doctor` calls it inside a probe child, so it reports what `run` does.
 ///
-/// `allow_net` (the egress proxy) needs a network namespace made with
-/// CAP_SYS_ADMIN: the proxy's threads re-enter the namespace this process
-/// came from to dial out, which a process inside an unprivileged user
-/// namespace may not do, and a seccomp filter would cut the proxy off too.
+/// `allow_net` (the lease's entries; empty: not asked) needs a network
+/// namespace, directly or inside a user namespace, with the egress proxy's
+/// acceptor thread started before it is made (it stays in this process's
+/// original network namespace and dials from there); a seccomp filter
+/// would cut the proxy off too, so it is no fallback here.
 pub fn enter_namespaces(
     no_network: bool,
-    allow_net: bool,
+    allow_net: &[String],
     pid_namespace: bool,
 ) -> Result<Namespaces, String> {
     let mut out = Namespaces {
@@ -221,35 +223,41 @@ pub fn enter_namespaces(
         pid: None,
         seccomp: None,
         user_namespace: false,
-        host_netns: None,
+        proxy: None,
     };
-    if !no_network && !allow_net && !pid_namespace {
+    if !no_network && allow_net.is_empty() && !pid_namespace {
         return Ok(out);
     }
     let mut why: Vec<String> = Vec::new();
     let admin = sys::has_effective_capability(CAP_SYS_ADMIN);
-    if allow_net {
-        if !admin {
-            return Err(unavailable(
-                "--allow-net",
-                "governed-exec does not hold CAP_SYS_ADMIN: the proxy must serve the child inside a network namespace and dial from the runner's own, and a runner in an unprivileged user namespace cannot re-enter its original network namespace (run as root, or with CAP_SYS_ADMIN)",
-            ));
-        }
-        let host = std::fs::File::open("/proc/thread-self/ns/net")
-            .map_err(|e| unavailable("--allow-net", format!("/proc/thread-self/ns/net: {e}")))?;
-        unshare(CloneFlags::CLONE_NEWNET)
-            .map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))
-            .and_then(|()| sys::loopback_up().map_err(|e| format!("bringing up loopback: {e}")))
-            .map_err(|e| unavailable("--allow-net", e))?;
-        out.net = Some(NetMechanism::NetworkNamespace);
-        out.host_netns = Some(OwnedFd::from(host));
-    }
     if !admin {
         why.push("governed-exec does not hold CAP_SYS_ADMIN".into());
         match enter_user_namespace() {
             Ok(()) => out.user_namespace = true,
             Err(e) => why.push(format!("no user namespace: {e}")),
         }
+    }
+    if !allow_net.is_empty() {
+        if !admin && !out.user_namespace {
+            return Err(unavailable("--allow-net", why.join("; ")));
+        }
+        let pending =
+            network::Proxy::prepare(allow_net).map_err(|e| unavailable("--allow-net", e))?;
+        unshare(CloneFlags::CLONE_NEWNET)
+            .map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))
+            .and_then(|()| sys::loopback_up().map_err(|e| format!("bringing up loopback: {e}")))
+            .map_err(|e| unavailable("--allow-net", e))?;
+        let mechanism = if out.user_namespace {
+            NetMechanism::UserAndNetworkNamespace
+        } else {
+            NetMechanism::NetworkNamespace
+        };
+        out.proxy = Some(
+            pending
+                .listen(mechanism.as_str())
+                .map_err(|e| unavailable("--allow-net", e))?,
+        );
+        out.net = Some(mechanism);
     }
     if no_network && out.net.is_none() {
         if admin || out.user_namespace {
@@ -352,7 +360,7 @@ pub fn prepare(
     // with CLONE_NEWPID), for which this checks that we hold what it needs:
     // directly, through a user namespace, or (--no-network only) a seccomp
     // socket filter.
-    let ns = enter_namespaces(req.no_network, !req.allow_net.is_empty(), req.pid_namespace)?;
+    let ns = enter_namespaces(req.no_network, &req.allow_net, req.pid_namespace)?;
     // A root runner under isolation gives the child its own mount namespace
     // (the child is root until it drops to --as-user, and a uid-0 child stays
     // root): the runner's key and state dir, cgroupfs and host devices are
@@ -467,7 +475,7 @@ pub fn prepare(
         landlock_guard_access,
         landlock_guard_fd,
         key_landlocked,
-        host_netns: ns.host_netns,
+        proxy: ns.proxy,
     })
 }
 

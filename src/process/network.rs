@@ -1,13 +1,14 @@
 //! The egress allowlist (CONTRACT §8): an HTTP proxy that is the child's
 //! only way out.
 //!
-//! The runner unshares a network namespace holding only loopback (as for
-//! `--no-network`, in `isolation::enter_namespaces`) and, still in it, binds
-//! [`PROXY_ADDR`] before anything is spawned: the listening socket lives in
-//! the child's namespace and exists before the child's program can run. The
-//! acceptor thread then `setns`es back into the namespace the runner came
-//! from (held open as an fd since before the unshare), so every thread it
-//! starts resolves and dials from the runner's own network while accepting
+//! The acceptor thread is started first, in the runner's own network
+//! namespace (after the user namespace, when there is one); then the
+//! runner's main thread unshares a network namespace holding only loopback
+//! (as for `--no-network`, in `isolation::enter_namespaces`) and binds
+//! [`PROXY_ADDR`] there before anything is spawned: the listening socket
+//! lives in the child's namespace and exists before the child's program can
+//! run. Namespaces belong to threads, so the acceptor and every thread it
+//! starts resolve and dial from the runner's own network while accepting
 //! and relaying on sockets of the child's. A program that ignores the proxy
 //! variables has no route at all.
 //!
@@ -25,14 +26,13 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sched::{setns, CloneFlags};
 
 use crate::model::{Connection, NetDecision, NetworkReport};
 use crate::process::resolve;
@@ -181,8 +181,6 @@ pub enum ProxyError {
     Entry(#[from] AllowError),
     #[error("cannot start the proxy thread: {0}")]
     Thread(#[source] std::io::Error),
-    #[error("the proxy cannot re-enter the runner's network namespace to dial out: {0}")]
-    HostNetns(String),
 }
 
 /// What the proxy has seen so far.
@@ -217,27 +215,53 @@ pub struct Proxy {
     acceptor: Option<JoinHandle<()>>,
     mechanism: String,
     allowed: Vec<String>,
+    /// The listener was handed to the acceptor (in this thread's namespace).
+    listening: bool,
+}
+
+/// The proxy's acceptor thread, started in the runner's own network
+/// namespace before the child's is made; it waits for its listener.
+pub struct Pending {
+    // Dropped first (declaration order): without a listener the acceptor
+    // ends, and only then is the proxy stopped and joined.
+    listener_tx: mpsc::Sender<TcpListener>,
+    proxy: Proxy,
+}
+
+impl Pending {
+    /// Bind [`PROXY_ADDR`] in this thread's network namespace (by now the
+    /// child's) and hand the listener to the acceptor.
+    pub fn listen(self, mechanism: &str) -> Result<Proxy, ProxyError> {
+        let Pending {
+            listener_tx,
+            mut proxy,
+        } = self;
+        let listener =
+            TcpListener::bind(SocketAddr::from(PROXY_SOCKADDR)).map_err(ProxyError::Listen)?;
+        listener.set_nonblocking(true).map_err(ProxyError::Listen)?;
+        listener_tx
+            .send(listener)
+            .map_err(|_| ProxyError::Thread(std::io::Error::other("the proxy thread ended")))?;
+        proxy.mechanism = mechanism.to_string();
+        proxy.listening = true;
+        Ok(proxy)
+    }
 }
 
 impl Proxy {
-    /// Bind [`PROXY_ADDR`] in this thread's (the child's) network namespace
-    /// and start accepting; `host_netns` is the namespace to dial from.
-    /// Returns once the acceptor is in that namespace, so a failure is a
-    /// refusal before anything is spent or spawned.
-    pub fn start(
-        allowed: &[String],
-        host_netns: OwnedFd,
-        mechanism: &str,
-    ) -> Result<Proxy, ProxyError> {
+    /// Start the acceptor thread here, in the runner's network namespace,
+    /// before this (main) thread unshares the child's: namespaces are per
+    /// thread, so the acceptor and every thread it starts stay in the
+    /// runner's network and dial from there, while the listener and the
+    /// connections it accepts live in the child's. Nothing is accepted
+    /// before [`Pending::listen`].
+    pub fn prepare(allowed: &[String]) -> Result<Pending, ProxyError> {
         // A signed lease holds only what `approve` wrote; an entry this
         // binary cannot read is a refusal, never an entry silently dropped.
         let allow = allowed
             .iter()
             .map(|a| Allow::parse(a))
             .collect::<Result<Vec<_>, _>>()?;
-        let listener =
-            TcpListener::bind(SocketAddr::from(PROXY_SOCKADDR)).map_err(ProxyError::Listen)?;
-        listener.set_nonblocking(true).map_err(ProxyError::Listen)?;
         let shared = Arc::new(Shared {
             allow,
             own: Mutex::new(Vec::new()),
@@ -252,45 +276,38 @@ impl Proxy {
             workers: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
         });
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let (listener_tx, listener_rx) = mpsc::channel::<TcpListener>();
         let s = Arc::clone(&shared);
         let acceptor = std::thread::Builder::new()
             .name("egress-proxy".into())
             .spawn(move || {
-                if let Err(e) = setns(&host_netns, CloneFlags::CLONE_NEWNET) {
-                    let _ = ready_tx.send(Err(format!("setns: {e}")));
-                    return;
-                }
                 *lock(&s.own) = own_addresses();
-                let _ = ready_tx.send(Ok(()));
-                drop(ready_tx);
-                accept_loop(&s, &listener);
+                // No listener: the child's namespace was not made.
+                if let Ok(listener) = listener_rx.recv() {
+                    accept_loop(&s, &listener);
+                }
             })
             .map_err(ProxyError::Thread)?;
-        let mut proxy = Proxy {
-            shared,
-            acceptor: Some(acceptor),
-            mechanism: mechanism.to_string(),
-            allowed: allowed.to_vec(),
-        };
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(proxy),
-            Ok(Err(e)) => {
-                proxy.stop();
-                Err(ProxyError::HostNetns(e))
-            }
-            Err(_) => {
-                proxy.stop();
-                Err(ProxyError::HostNetns("the proxy thread ended".into()))
-            }
-        }
+        Ok(Pending {
+            proxy: Proxy {
+                shared,
+                acceptor: Some(acceptor),
+                mechanism: String::new(),
+                allowed: allowed.to_vec(),
+                listening: false,
+            },
+            listener_tx,
+        })
     }
 
     fn stop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
         // Wake the acceptor: a connection from this thread, which is in the
-        // child's namespace where the listener lives.
-        let _ = TcpStream::connect(SocketAddr::from(PROXY_SOCKADDR));
+        // child's namespace where the listener lives (its poll times out
+        // anyway).
+        if self.listening {
+            let _ = TcpStream::connect(SocketAddr::from(PROXY_SOCKADDR));
+        }
         if let Some(a) = self.acceptor.take() {
             let _ = a.join();
         }

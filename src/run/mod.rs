@@ -762,30 +762,10 @@ fn execute(
         &cgroups,
     );
 
-    // The egress proxy (CONTRACT §8): listening in the child's namespace
-    // and dialling from the runner's before the use is spent, so a failure
-    // is a refusal and the listener exists before the child can run.
-    let proxy = match prepared.host_netns.take() {
-        None => None,
-        Some(host) => {
-            let mechanism = prepared
-                .report
-                .network_mechanism
-                .clone()
-                .unwrap_or_default();
-            match network::Proxy::start(&body.isolation.allow_net, host, &mechanism) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    return refuse_with_lease(
-                        &draft,
-                        session,
-                        Reason::IsolationUnavailable,
-                        format!("--allow-net cannot be enforced here: {e}"),
-                    )
-                }
-            }
-        }
-    };
+    // The egress proxy (CONTRACT §8), started by `isolation::prepare`
+    // before the use is spent: listening in the child's namespace, dialling
+    // from the runner's.
+    let proxy = prepared.proxy.take();
 
     // Everything the child needs, built before the use is spent.
     let mut child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);

@@ -191,6 +191,11 @@ impl Lab {
             .arg(c.get_program())
             .args(c.get_args())
             .stdin(Stdio::null());
+        for (k, v) in c.get_envs() {
+            if let Some(v) = v {
+                w.env(k, v);
+            }
+        }
         w
     }
 
@@ -620,19 +625,37 @@ for f in (tcp, udp_dns, name):
     assert!(lab.log().is_empty(), "{:?}", lab.log());
 }
 
+/// `c` under tests/sim/seccomp-exec.py with Docker's default profile's
+/// answers: clone3 ENOSYS, unshare EPERM (no user namespace either).
+fn docker_like(c: &Command) -> Command {
+    let mut w = Command::new("python3");
+    w.arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sim/seccomp-exec.py"))
+        .arg("clone3=ENOSYS,unshare=EPERM")
+        .arg("--")
+        .arg(c.get_program())
+        .args(c.get_args())
+        .stdin(Stdio::null());
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            w.env(k, v);
+        }
+    }
+    w
+}
+
 /// Where no network namespace can be made for the proxy (root without
-/// CAP_SYS_ADMIN, as under Docker's defaults; an unprivileged runner, whose
-/// user namespace could not re-enter the runner's network), `--allow-net`
-/// is refused before anything is spent or spawned, and `doctor` run the
-/// same way says so and why.
+/// CAP_SYS_ADMIN and no user namespace, as under Docker's defaults; uid
+/// 65534 likewise), `--allow-net` is refused before anything is spent or
+/// spawned, and `doctor` run the same way says so and why.
 #[test]
-fn where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doctor_agrees() {
+fn where_no_network_namespace_can_be_made_allow_net_is_refused_with_zero_spawn_and_doctor_agrees() {
+    let name = "where_no_network_namespace_can_be_made_allow_net_is_refused_with_zero_spawn_and_doctor_agrees";
     if !is_root() {
-        skip!("where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doctor_agrees: needs root to drop CAP_SYS_ADMIN and switch uid");
+        skip!("{name}: needs root to drop CAP_SYS_ADMIN and switch uid");
         return;
     }
     if !tool("setpriv") {
-        skip!("where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doctor_agrees: needs setpriv (util-linux)");
+        skip!("{name}: needs setpriv (util-linux)");
         return;
     }
     let no_admin = |c: &Command| {
@@ -641,7 +664,7 @@ fn where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doc
             .arg(c.get_program())
             .args(c.get_args())
             .stdin(Stdio::null());
-        w
+        docker_like(&w)
     };
     let touch = ["sh", "-c", "touch ran"];
     let mut dc = crate::support::cmd();
@@ -667,7 +690,12 @@ fn where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doc
             no_admin(&root_env.run_cmd(&[], &touch)),
             no_admin(&dc),
         ),
-        ("uid 65534", &nobody_env, nobody_run, nobody_doctor),
+        (
+            "uid 65534",
+            &nobody_env,
+            docker_like(&nobody_run),
+            docker_like(&nobody_doctor),
+        ),
     ] {
         let marker = e.ws.join("ran");
         let before = e.journal_executing_count();
@@ -675,7 +703,8 @@ fn where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doc
         r.assert_refused("isolation_unavailable");
         assert!(
             r.stderr.contains("--allow-net cannot be enforced here")
-                && r.stderr.contains("CAP_SYS_ADMIN"),
+                && r.stderr.contains("CAP_SYS_ADMIN")
+                && r.stderr.contains("no user namespace"),
             "{who}: {}",
             r.stderr
         );
@@ -708,6 +737,51 @@ fn where_the_proxy_cannot_be_set_up_allow_net_is_refused_with_zero_spawn_and_doc
             "{who}: {check}"
         );
     }
+}
+
+/// A runner without CAP_SYS_ADMIN (uid 65534) gets the same proxy through
+/// an unprivileged user namespace, where the kernel allows one.
+#[test]
+fn an_unprivileged_runner_serves_the_allowlist_through_a_user_namespace() {
+    let Some(lab) =
+        Lab::new("an_unprivileged_runner_serves_the_allowlist_through_a_user_namespace")
+    else {
+        return;
+    };
+    let (e, bin) = unprivileged_env();
+    let cmd = [
+        "sh",
+        "-c",
+        "curl -sS --fail http://10.19.0.2:8080/hello.txt; curl -sS -w '%{http_code}\\n' -o /dev/null http://10.19.0.2:8081/",
+    ];
+    let o = output_settled(as_nobody(
+        &bin,
+        &e.approve_cmd(&["--allow-net", "10.19.0.2:8080"], &cmd),
+    ));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut run = as_nobody(&bin, &e.run_cmd(&[], &cmd));
+    run.env("HOME", e.dir.path());
+    let r = finish_run(output_settled(lab.wrap(&run)));
+    if r.reason() == "isolation_unavailable" && r.stderr.contains("no user namespace") {
+        skip!("an_unprivileged_runner_serves_the_allowlist_through_a_user_namespace: this kernel gives uid 65534 no user namespace: {}", r.stderr);
+        return;
+    }
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+    assert_eq!(r.stdout_text(), "hello from the test host\n403\n");
+    assert_eq!(
+        r.predicate()["isolation"]["network_mechanism"],
+        "user_and_network_namespace"
+    );
+    let net = &r.predicate()["network"];
+    assert_eq!(net["mechanism"], "user_and_network_namespace");
+    let conns = connections(&r);
+    assert_eq!(conns.len(), 2, "{conns:?}");
+    assert_eq!(
+        (&conns[0]["decision"], &conns[0]["address"]),
+        (&Value::from("allowed"), &Value::from(SERVER))
+    );
+    assert_eq!(conns[1]["reason"], "not_in_allowlist");
+    assert_eq!(lab.log(), vec!["8080 GET /hello.txt"]);
 }
 
 /// A wheel and a PEP 503 simple index for it, served by the lab's HTTPS host.
