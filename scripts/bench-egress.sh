@@ -89,6 +89,7 @@ for _ in $(seq "$rounds"); do
   t0=$(now); run -- "${dl[@]}"; t1=$(now)
   proxied+=($(( (t1 - t0) / 1000 )))
 done
+echo "direct us: ${direct[*]}; proxied us: ${proxied[*]}" >&2
 d=$(printf '%s\n' "${direct[@]}" | median)
 p=$(printf '%s\n' "${proxied[@]}" | median)
 awk -v d="$d" -v p="$p" 'BEGIN {
