@@ -571,9 +571,15 @@ fn split_authority(a: &str, default: Option<u16>) -> Option<(String, u16)> {
             port,
         )
     } else {
-        match a.rsplit_once(':') {
-            Some((h, p)) => (h.to_ascii_lowercase(), p.parse().ok()?),
-            None => (a.to_ascii_lowercase(), default?),
+        let (h, port) = match a.rsplit_once(':') {
+            Some((h, p)) => (h, p.parse().ok()?),
+            None => (a, default?),
+        };
+        // Only a plain DNS name or IPv4 literal is a host: anything else
+        // is a bad request, and never reaches the receipt as a host.
+        match parse_host(h)? {
+            AllowHost::Name(n) => (n, port),
+            AllowHost::Ip(ip) => (ip.to_string(), port),
         }
     };
     (port != 0).then_some((host, port))
@@ -889,6 +895,8 @@ mod tests {
             b"CONNECT user@x.org:443 HTTP/1.1\r\n\r\n",
             b"GET http://x.org/ SPDY/3\r\n\r\n",
             b"GET  http://x.org/ HTTP/1.1\r\n\r\n",
+            b"CONNECT <b>x</b>:443 HTTP/1.1\r\n\r\n",
+            b"GET http://x|y.org/ HTTP/1.1\r\n\r\n",
         ] {
             assert!(parse_ask(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
