@@ -418,6 +418,21 @@ fn allowed_http_and_https_pass_and_every_connection_is_in_the_receipt() {
         text.contains("ALLOWED 10.19.0.2:8443 -> 10.19.0.2"),
         "{text}"
     );
+    assert!(text.contains("never used:"), "{text}");
+    let o = output(
+        crate::support::cmd()
+            .args(["receipt", "show", "--format", "markdown"])
+            .arg(&receipt),
+    );
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        md.lines()
+            .filter(|l| l.starts_with('|') && l.contains("ALLOWED 10.19.0.2:"))
+            .count(),
+        4,
+        "{md}"
+    );
+    assert!(md.contains("never used: never.test:443"), "{md}");
 }
 
 #[test]
