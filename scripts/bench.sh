@@ -52,3 +52,9 @@ if [ "$(id -u)" = 0 ] && [ "${BENCH_RT:-1}" != 0 ] && command -v chrt >/dev/null
 fi
 echo "governed-exec bench, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), priority: ${prio[*]:-normal}" >&2
 "${prio[@]}" "$harness" --bin "$bin" --dir "$dir" "${args[@]}"
+# The egress allowlist's figures (issue 19: 1 GiB through the proxy vs
+# direct, --allow-net vs --no-network per run): root only, as they need
+# network namespaces; EGRESS=0 skips them.
+if [ "$(id -u)" = 0 ] && [ "${EGRESS:-1}" != 0 ]; then
+  "${prio[@]}" bash scripts/bench-egress.sh "$bin"
+fi

@@ -145,12 +145,6 @@ fn resolve_all(
             line,
             message,
         };
-        if e.allow_net.is_some() {
-            return Err(err(
-                file_shape::key_line(text, line, "allow_net"),
-                "key `allow_net` is not supported by this build (it has no egress allowlist, `approve --allow-net`); remove it or use a build that has it".into(),
-            ));
-        }
         let args = entry_args(a, &parsed.file, e, base).map_err(|f| {
             let at = f
                 .key()
@@ -304,6 +298,7 @@ fn entry_args(
         fs_write_scope: e.fs_write_scope,
         fs_read: e.fs_read.iter().map(|p| from_file(base, p)).collect(),
         no_network: e.no_network,
+        allow_net: e.allow_net.clone().unwrap_or_default(),
         pid_namespace: e.pid_namespace,
         max_executable_size: a.max_executable_size,
         request: None,

@@ -16,6 +16,7 @@ use crate::model::{
 };
 use crate::process::isolation::boundary_text;
 use crate::process::limits::{format_ms, format_size, tier};
+use crate::process::network;
 use crate::run::{new_id, read_request};
 use crate::{evidence::escape, evidence::sign, process::env};
 
@@ -49,6 +50,8 @@ pub struct ApproveArgs {
     pub fs_write_scope: bool,
     pub fs_read: Vec<PathBuf>,
     pub no_network: bool,
+    /// `--allow-net HOST[:PORT]` entries as given (CONTRACT §8).
+    pub allow_net: Vec<String>,
     pub pid_namespace: bool,
     pub max_executable_size: u64,
     pub request: Option<String>,
@@ -93,6 +96,7 @@ impl ApproveArgs {
             fs_write_scope: a.fs_write_scope,
             fs_read: a.fs_read,
             no_network: a.no_network,
+            allow_net: a.allow_net,
             pid_namespace: a.pid_namespace,
             max_executable_size: a.max_executable_size,
             request: a.request,
@@ -299,12 +303,29 @@ pub fn lease_body(
     let fs_write = (!a.fs_write.is_empty() || a.fs_write_scope || fs_read.is_some())
         .then(|| canonical_all("--fs-write", &a.fs_write))
         .transpose()?;
+    if a.no_network && !a.allow_net.is_empty() {
+        return Err("--allow-net and --no-network together: --no-network allows no host at all; give one or the other".into());
+    }
+    let allow_net = network::canonical_list(&a.allow_net).map_err(|e| e.to_string())?;
+    if !allow_net.is_empty() {
+        let proxy_vars = network::proxy_env();
+        if let Some((k, _)) = env_policy
+            .fixed
+            .iter()
+            .find(|(k, _)| proxy_vars.iter().any(|(p, _)| p == *k))
+        {
+            return Err(format!(
+                "--env {k} with --allow-net: governed-exec sets {k} to its own proxy; leave it out"
+            ));
+        }
+    }
     let isolation = IsolationRequest {
         as_user: a.as_user.as_deref().map(parse_user).transpose()?,
         fs_write,
         fs_read,
         no_network: a.no_network,
         pid_namespace: a.pid_namespace,
+        allow_net,
     };
     if a.uses == 0 {
         return Err("--uses 0: nothing could run; the minimum that works is 1".into());
@@ -536,6 +557,31 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         );
     }
     line("environment", env::describe(&b.env));
+    if !b.isolation.allow_net.is_empty() {
+        line(
+            "network",
+            format!(
+                "only {} (a port is part of each entry), through governed-exec's HTTP proxy; every connection attempt is listed in the signed receipt",
+                b.isolation.allow_net.join(", ")
+            ),
+        );
+        line(
+            "  proxy env",
+            network::proxy_env()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        line(
+            "  covered",
+            "CONNECT (TLS passed through, not inspected) and absolute-form http:// requests to a listed host:port; names resolved by the proxy, and a name that resolves to a loopback, link-local, private or runner address is refused unless that IP literal is listed".into(),
+        );
+        line(
+            "  not covered",
+            "what a listed host does with the data or forwards it to; plain http:// content is not encrypted; programs that ignore the proxy variables, DNS lookups and UDP get no network at all (fail closed); needs a network namespace at run (CAP_SYS_ADMIN or an unprivileged user namespace; else isolation_unavailable)".into(),
+        );
+    }
     for w in crate::cli::toolchain::warnings(b) {
         line("warning", w);
     }

@@ -247,6 +247,11 @@ pub struct ApproveCmd {
     pub fs_read: Vec<PathBuf>,
     #[arg(long)]
     pub no_network: bool,
+    /// Let the child reach exactly this HOST[:PORT] (port 443 by default)
+    /// through governed-exec's HTTP proxy, and nothing else (repeatable;
+    /// exact names or IP literals, no wildcards).
+    #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "no_network")]
+    pub allow_net: Vec<String>,
     #[arg(long)]
     pub pid_namespace: bool,
     /// Refuse executables larger than this (they are hashed whole).

@@ -324,14 +324,14 @@ pub fn report() -> Report {
             .map(|_| {
                 (
                     "user_namespace".into(),
-                    "an unprivileged user namespace can be made (used for --no-network and --pid-namespace without CAP_SYS_ADMIN)".into(),
+                    "an unprivileged user namespace can be made (used for --no-network, --allow-net and --pid-namespace without CAP_SYS_ADMIN)".into(),
                 )
             }),
     ));
     checks.push(check(
         "no_network",
         sys::probe_in_child(|| {
-            isolation::enter_namespaces(true, false)
+            isolation::enter_namespaces(true, &[], false)
                 .map(|ns| ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
         })
         .map(|m| {
@@ -347,9 +347,24 @@ pub fn report() -> Report {
         }),
     ));
     checks.push(check(
+        "allow_net",
+        sys::probe_in_child(|| {
+            // What `run` does for --allow-net: the proxy's thread in this
+            // namespace, the child's namespace with the listener in it.
+            let ns = isolation::enter_namespaces(false, &["doctor.invalid:443".to_string()], false)?;
+            Ok(ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
+        })
+        .map(|m| {
+            (
+                m,
+                format!("the child gets a network namespace with only loopback and governed-exec's HTTP proxy on {}, which dials only the lease's --allow-net entries from the runner's network", crate::process::network::PROXY_ADDR),
+            )
+        }),
+    ));
+    checks.push(check(
         "pid_namespace",
         sys::probe_in_child(|| {
-            isolation::enter_namespaces(false, true).map(|ns| ns.pid.unwrap_or("").to_string())
+            isolation::enter_namespaces(false, &[], true).map(|ns| ns.pid.unwrap_or("").to_string())
         })
         .map(|m| (m, "the child is PID 1 of its own PID namespace".into())),
     ));

@@ -16,7 +16,7 @@ use crate::gate::identity;
 use crate::ledger::journal::Event;
 use crate::model::goal::{self, LoadedGoal, ResourceBounds};
 use crate::model::{
-    parse_json, units, CleanupState, Criterion, OutcomeClass, ReceiptBody, Statement,
+    parse_json, units, CleanupState, Criterion, NetDecision, OutcomeClass, ReceiptBody, Statement,
     DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, RECEIPT_SCHEMA, STATEMENT_TYPE,
 };
 
@@ -356,6 +356,9 @@ fn judge_authentic(
                 cpu_time_at_most.as_deref(),
                 wall_time_at_most.as_deref(),
             )),
+            Criterion::Network { max_denied, only } => {
+                unmet.extend(check_network(p, *max_denied, only.as_deref()));
+            }
             Criterion::File {
                 path,
                 exists,
@@ -578,6 +581,87 @@ fn cross_check_journal(
         )),
         None => Some(format!("attempt {attempt} has no result record")),
     }
+}
+
+/// `host:port` as an allowlist entry spells it: lower-cased, port 443
+/// when none is given (CONTRACT §8).
+fn entry_key(e: &str) -> String {
+    let e = e.to_ascii_lowercase();
+    let has_port = match e.rfind(']') {
+        Some(end) => e[end..].contains(':'),
+        None => e.matches(':').count() == 1,
+    };
+    if has_port {
+        e
+    } else if e.contains(':') && !e.starts_with('[') {
+        format!("[{e}]:443")
+    } else {
+        format!("{e}:443")
+    }
+}
+
+/// The `network` criterion (CONTRACT §8): at most `max_denied` attempts
+/// denied, every allowed one to an entry of `only`. Attempts the receipt
+/// only counts (`omitted`) are assumed to break both: unseen is unproven.
+fn check_network(p: &ReceiptBody, max_denied: Option<u64>, only: Option<&[String]>) -> Vec<String> {
+    let mut unmet = Vec::new();
+    let Some(net) = &p.network else {
+        let closed = p
+            .isolation
+            .as_ref()
+            .is_some_and(|i| i.network_mechanism.is_some());
+        if !closed {
+            unmet.push("network: the run had the uid's whole network (its lease has neither --allow-net nor --no-network), so its connections were not observed".to_string());
+        }
+        // --no-network: nothing could leave, nothing was denied by a proxy.
+        return unmet;
+    };
+    let name = |c: &crate::model::Connection| format!("{}:{}", c.host, c.port);
+    if let Some(max) = max_denied {
+        let denied: Vec<&crate::model::Connection> = net
+            .connections
+            .iter()
+            .filter(|c| c.decision == NetDecision::Denied)
+            .collect();
+        if denied.len() as u64 > max {
+            let first = denied
+                .get(max as usize)
+                .map(|c| format!("{} ({})", name(c), c.reason.as_deref().unwrap_or("denied")))
+                .unwrap_or_default();
+            unmet.push(format!(
+                "network: {} connection(s) denied, at most {max} allowed; the first past the bound: {first}",
+                denied.len()
+            ));
+        } else if net.omitted > 0 && denied.len() as u64 + net.omitted > max {
+            unmet.push(format!(
+                "network: {} connection attempt(s) are only counted in the receipt (omitted), so at most {max} denied cannot be shown",
+                net.omitted
+            ));
+        }
+    }
+    if let Some(only) = only {
+        let keys: Vec<String> = only.iter().map(|e| entry_key(e)).collect();
+        for c in net
+            .connections
+            .iter()
+            .filter(|c| c.decision == NetDecision::Allowed)
+        {
+            if !keys.contains(&entry_key(&name(c))) {
+                unmet.push(format!(
+                    "network: connection to {} ({}) is not in the goal's `only` list",
+                    name(c),
+                    c.address.as_deref().unwrap_or("not dialled")
+                ));
+            }
+        }
+        if net.omitted > 0 {
+            unmet.push(format!(
+                "network: {} connection attempt(s) are only counted in the receipt (omitted), so `only` cannot be shown for them",
+                net.omitted
+            ));
+        }
+    }
+    unmet
 }
 
 #[cfg(test)]

@@ -84,6 +84,7 @@ fn signal_name(n: i64) -> &'static str {
 
 /// Predicate keys the rows below render; anything else goes to "other".
 const KNOWN: &[&str] = &[
+    "network",
     "schema",
     "receipt_id",
     "attempt_id",
@@ -394,6 +395,69 @@ fn product_rows(p: &Value, rows: &mut Vec<Row>) {
     }
 }
 
+/// Connections shown one per row; the receipt holds all it lists.
+const CONNECTIONS_SHOWN: usize = 20;
+
+/// `predicate.network`: the allowlist, then one row per connection attempt.
+fn network_rows(p: &Value, rows: &mut Vec<Row>) {
+    let Some(n) = p.get("network").filter(|n| n.is_object()) else {
+        return;
+    };
+    let list = |v: &Value| -> String {
+        let items: Vec<String> = v
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).map(visible).collect())
+            .unwrap_or_default();
+        if items.is_empty() {
+            "none".into()
+        } else {
+            items.join(", ")
+        }
+    };
+    let conns = n["connections"].as_array().cloned().unwrap_or_default();
+    let denied = conns
+        .iter()
+        .filter(|c| s(c, "decision") == Some("denied"))
+        .count();
+    let omitted = n["omitted"].as_u64().unwrap_or(0);
+    rows.push(row(
+        "network",
+        format!(
+            "only {} via the egress proxy ({}); {} attempt(s) listed, {denied} denied, {omitted} more counted only; never used: {}",
+            list(&n["allowed"]),
+            s(n, "mechanism").map_or("?".into(), visible),
+            conns.len(),
+            list(&n["unused"])
+        ),
+    ));
+    for c in conns.iter().take(CONNECTIONS_SHOWN) {
+        let decision = s(c, "decision").unwrap_or("?").to_ascii_uppercase();
+        let why = s(c, "reason").map_or(String::new(), |r| format!(" ({})", visible(r)));
+        rows.push(row(
+            "  connection",
+            format!(
+                "{decision}{why} {}:{} -> {}, sent {} B, received {} B, {} ms, at {}",
+                s(c, "host").map_or("?".into(), visible),
+                phrase(&c["port"]),
+                s(c, "address").map_or("not dialled".into(), visible),
+                phrase(&c["bytes_sent"]),
+                phrase(&c["bytes_received"]),
+                phrase(&c["duration_ms"]),
+                s(c, "started_at").map_or("?".into(), visible)
+            ),
+        ));
+    }
+    if conns.len() > CONNECTIONS_SHOWN {
+        rows.push(row(
+            "  connection",
+            format!(
+                "... {} more listed in the receipt",
+                conns.len() - CONNECTIONS_SHOWN
+            ),
+        ));
+    }
+}
+
 fn other_rows(p: &Value, rows: &mut Vec<Row>) {
     let ran = p["command"].is_object();
     if let Some(r) = p.get("resources").filter(|r| r.is_object() && ran) {
@@ -545,6 +609,7 @@ fn rows_of(p: &Value) -> Vec<Row> {
     identity_rows(p, &mut rows);
     cleanup_row(p, &mut rows);
     isolation_rows(p, &mut rows);
+    network_rows(p, &mut rows);
     signing_row(p, &mut rows);
     product_rows(p, &mut rows);
     other_rows(p, &mut rows);
@@ -754,6 +819,17 @@ pub fn verify_rows(criteria: &[Criterion], unmet: &[String], journal: bool) -> V
                 .filter_map(|(n, v)| v.as_ref().map(|v| format!("{n} ≤ {v}")))
                 .collect();
                 push(format!("resources {}", bounds.join(", ")), f);
+            }
+            Criterion::Network { max_denied, only } => {
+                let f = take("network:");
+                let mut what = vec!["network".to_string()];
+                if let Some(n) = max_denied {
+                    what.push(format!("at most {n} denied"));
+                }
+                if let Some(o) = only {
+                    what.push(format!("only [{}]", o.join(", ")));
+                }
+                push(what.join(" "), f);
             }
             Criterion::File {
                 path,

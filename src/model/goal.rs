@@ -115,6 +115,15 @@ pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, String> {
             )
             .map_err(|e| format!("{what}: resources criterion: {e}"))?;
         }
+        if let Criterion::Network {
+            max_denied: None,
+            only: None,
+        } = c
+        {
+            return Err(format!(
+                "{what}: a network criterion needs `max_denied`, `only` or both"
+            ));
+        }
         if let Criterion::File {
             path: p,
             exists,

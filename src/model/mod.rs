@@ -70,6 +70,14 @@ pub enum Criterion {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wall_time_at_most: Option<String>,
     },
+    /// (v1.2) At most `max_denied` connections denied, and every allowed
+    /// connection to an entry of `only`; at least one of the two.
+    Network {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_denied: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        only: Option<Vec<String>>,
+    },
 }
 
 /// The goal as bound into a lease or receipt.
@@ -288,6 +296,12 @@ pub struct IsolationRequest {
     pub fs_read: Option<Vec<String>>,
     pub no_network: bool,
     pub pid_namespace: bool,
+    /// `--allow-net`: the only `host:port` entries (host lower-cased, port
+    /// explicit) the child may reach, through governed-exec's proxy
+    /// (CONTRACT §8). Empty: the lease does not ask for it (absent in
+    /// leases from before v1.2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_net: Vec<String>,
 }
 
 // ---------------------------------------------------------------- lease, manifest
@@ -1200,6 +1214,62 @@ pub struct ReceiptBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
     pub runner_version: String,
+    /// (v1.2) The egress allowlist's proxy and every connection attempt
+    /// through it (CONTRACT §8); absent when the lease has no `allow_net`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkReport>,
+}
+
+/// `predicate.network` (CONTRACT §8).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkReport {
+    /// How the child's network namespace was made (`network_namespace`),
+    /// with the proxy in it.
+    pub mechanism: String,
+    /// The lease's `allow_net`, as signed.
+    pub allowed: Vec<String>,
+    /// The first connection attempts, in the order they were accepted.
+    pub connections: Vec<Connection>,
+    /// Attempts past that bound: counted, not listed.
+    pub omitted: u64,
+    /// Allowed entries no connection was allowed to.
+    pub unused: Vec<String>,
+}
+
+/// One connection attempt through the proxy.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Connection {
+    /// As the child asked for it (lower-cased); empty when the request named none.
+    pub host: String,
+    pub port: u16,
+    /// The IP address dialled; null when none was.
+    pub address: Option<String>,
+    pub decision: NetDecision,
+    /// Null for an allowed connection that was relayed; otherwise one of
+    /// `not_in_allowlist`, `bad_request`, `too_many_connections`,
+    /// `resolution_failed`, `loopback_address`, `link_local_address`,
+    /// `private_address`, `not_unicast_address`, `runner_address`,
+    /// `connect_failed`.
+    pub reason: Option<String>,
+    /// Bytes sent to the host for the child: a CONNECT tunnel's payload,
+    /// or a plain request's head (as forwarded) and body.
+    pub bytes_sent: u64,
+    /// From the host to the child.
+    pub bytes_received: u64,
+    pub started_at: String,
+    pub duration_ms: u64,
+}
+
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NetDecision {
+    Allowed,
+    Denied,
 }
 
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

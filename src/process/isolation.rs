@@ -24,6 +24,7 @@ use nix::unistd::{getegid, geteuid};
 use crate::gate::reach;
 use crate::model::{IsolationReport, IsolationRequest, ReachEntry};
 use crate::os::sys::{self, ChildCreds, MountPlan, SocketFilter};
+use crate::process::network::{self, Proxy};
 
 pub struct Prepared {
     pub creds: Option<ChildCreds>,
@@ -44,6 +45,9 @@ pub struct Prepared {
     pub landlock_guard_access: u64,
     /// Whether that ruleset covers every path of the key (as `key_covered`).
     pub key_landlocked: Option<Result<String, String>>,
+    /// `--allow-net`: the egress proxy (CONTRACT §8), listening in the
+    /// child's network namespace, dialling from the runner's.
+    pub proxy: Option<Proxy>,
 }
 
 /// What the runner must keep from the child: its key and its state dir, and
@@ -59,7 +63,11 @@ pub struct Protect<'a> {
 
 /// Whether the lease asks for any isolation option of §7.
 pub fn any_isolation(req: &IsolationRequest) -> bool {
-    req.as_user.is_some() || req.fs_write.is_some() || req.no_network || req.pid_namespace
+    req.as_user.is_some()
+        || req.fs_write.is_some()
+        || req.no_network
+        || !req.allow_net.is_empty()
+        || req.pid_namespace
 }
 
 /// The boundary in words. `mount_ns`: whether the child gets its own mount
@@ -113,6 +121,10 @@ pub fn boundary_text(
         None => {}
     }
     let network: Option<String> = match (req.no_network, net) {
+        (false, _) if !req.allow_net.is_empty() => Some(format!(
+            "{ALLOW_NET_BOUNDARY} {}",
+            req.allow_net.join(", ")
+        )),
         // The not-a-sandbox sentence above already says it.
         (false, _) if !sandboxed => None,
         (false, _) => Some("it can use the network".into()),
@@ -130,6 +142,8 @@ pub fn boundary_text(
     }
     parts.join("; ")
 }
+
+const ALLOW_NET_BOUNDARY: &str = "it has its own network namespace with only loopback, where governed-exec's HTTP proxy (named in HTTPS_PROXY, HTTP_PROXY, ALL_PROXY) is its only way out: a program that ignores those variables has no route at all, and the child cannot resolve names itself; the proxy passes CONNECT and absolute-form http:// requests only to";
 
 const SECCOMP_BOUNDARY: &str = "a seccomp filter lets it open only AF_UNIX and AF_NETLINK sockets: no TCP or UDP at all, not even to loopback";
 
@@ -164,6 +178,8 @@ pub struct Namespaces {
     pub seccomp: Option<SocketFilter>,
     /// Whether this process now lives in a user namespace of its own.
     pub user_namespace: bool,
+    /// `allow_net`: the proxy, listening in the new network namespace.
+    pub proxy: Option<Proxy>,
 }
 
 const CAP_SYS_ADMIN: u32 = 21;
@@ -196,14 +212,25 @@ pub fn enter_user_namespace() -> Result<(), String> {
 /// for `--no-network` alone, failing both, a seccomp socket filter (checked
 /// in a throw-away child). `run` calls this before the use is spent;
 /// `doctor` calls it inside a probe child, so it reports what `run` does.
-pub fn enter_namespaces(no_network: bool, pid_namespace: bool) -> Result<Namespaces, String> {
+///
+/// `allow_net` (the lease's entries; empty: not asked) needs a network
+/// namespace, directly or inside a user namespace, with the egress proxy's
+/// acceptor thread started before it is made (it stays in this process's
+/// original network namespace and dials from there); a seccomp filter
+/// would cut the proxy off too, so it is no fallback here.
+pub fn enter_namespaces(
+    no_network: bool,
+    allow_net: &[String],
+    pid_namespace: bool,
+) -> Result<Namespaces, String> {
     let mut out = Namespaces {
         net: None,
         pid: None,
         seccomp: None,
         user_namespace: false,
+        proxy: None,
     };
-    if !no_network && !pid_namespace {
+    if !no_network && allow_net.is_empty() && !pid_namespace {
         return Ok(out);
     }
     let mut why: Vec<String> = Vec::new();
@@ -215,7 +242,29 @@ pub fn enter_namespaces(no_network: bool, pid_namespace: bool) -> Result<Namespa
             Err(e) => why.push(format!("no user namespace: {e}")),
         }
     }
-    if no_network {
+    if !allow_net.is_empty() {
+        if !admin && !out.user_namespace {
+            return Err(unavailable("--allow-net", why.join("; ")));
+        }
+        let pending =
+            network::Proxy::prepare(allow_net).map_err(|e| unavailable("--allow-net", e))?;
+        unshare(CloneFlags::CLONE_NEWNET)
+            .map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))
+            .and_then(|()| sys::loopback_up().map_err(|e| format!("bringing up loopback: {e}")))
+            .map_err(|e| unavailable("--allow-net", e))?;
+        let mechanism = if out.user_namespace {
+            NetMechanism::UserAndNetworkNamespace
+        } else {
+            NetMechanism::NetworkNamespace
+        };
+        out.proxy = Some(
+            pending
+                .listen(mechanism.as_str())
+                .map_err(|e| unavailable("--allow-net", e))?,
+        );
+        out.net = Some(mechanism);
+    }
+    if no_network && out.net.is_none() {
         if admin || out.user_namespace {
             let made = unshare(CloneFlags::CLONE_NEWNET)
                 .map_err(|e| format!("unshare(CLONE_NEWNET): {e}"))
@@ -321,7 +370,7 @@ pub fn prepare(
     // with CLONE_NEWPID), for which this checks that we hold what it needs:
     // directly, through a user namespace, or (--no-network only) a seccomp
     // socket filter.
-    let ns = enter_namespaces(req.no_network, req.pid_namespace)?;
+    let ns = enter_namespaces(req.no_network, &req.allow_net, req.pid_namespace)?;
     // The daemons this child could ask to act for it, found before the
     // mount namespace is planned (it covers them).
     let sockets = reach::daemon_sockets(child_uid, euid, &[]);
@@ -475,6 +524,7 @@ pub fn prepare(
         landlock_guard_access,
         landlock_guard_fd,
         key_landlocked,
+        proxy: ns.proxy,
     })
 }
 

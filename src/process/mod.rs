@@ -8,6 +8,8 @@ pub mod cgroup;
 pub mod env;
 pub mod isolation;
 pub mod limits;
+pub mod network;
 pub mod process_limit;
+pub mod resolve;
 pub mod scratch;
 pub mod supervise;

@@ -30,6 +30,7 @@ use crate::model::{
 use crate::os::safe_io::WriteTarget;
 use crate::os::sys::{ChildStep, SpawnSpec};
 use crate::process::cgroup::RunCgroups;
+use crate::process::network;
 use crate::process::scratch::{self, Scratch};
 use crate::process::supervise::{self, Ending, RunResult, SuperviseError};
 use crate::run::error::RunError;
@@ -172,6 +173,7 @@ impl Draft {
             journal_record_sha256: None,
             nonce: self.nonce.clone(),
             runner_version: env!("CARGO_PKG_VERSION").into(),
+            network: None,
         }
     }
 
@@ -912,8 +914,16 @@ fn execute(
         &cgroups,
     );
 
+    // The egress proxy (CONTRACT §8), started by `isolation::prepare`
+    // before the use is spent: listening in the child's namespace, dialling
+    // from the runner's.
+    let proxy = prepared.proxy.take();
+
     // Everything the child needs, built before the use is spent.
-    let child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);
+    let mut child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);
+    if proxy.is_some() {
+        child_env.extend(network::proxy_env());
+    }
     let envp: Vec<CString> = child_env
         .iter()
         .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
@@ -1072,6 +1082,9 @@ fn execute(
     // Every reader of the child's pipes has ended: workflow commands resume.
     drop(fence);
     let executing_digest = committed.digest().to_string();
+    // Every process of the run is gone (or the outcome says it is not
+    // known): what is still open through the proxy is cut and counted.
+    let network_report = proxy.map(network::Proxy::finish);
 
     let mut receipt_body = draft.base(not_executed(Reason::ExecFailed, String::new()));
     receipt_body.lease = Some(lease_ref);
@@ -1086,6 +1099,7 @@ fn execute(
     receipt_body.process_limit = Some(process_limit.report.clone());
     receipt_body.signing = Some(signing_report(&key, &key_path, &prepared));
     receipt_body.journal_record_sha256 = Some(executing_digest);
+    receipt_body.network = network_report;
     match result {
         // governed-exec's own failure before the program existed: nothing
         // ran, whatever the use cost. Never `unknown`.

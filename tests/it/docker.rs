@@ -526,3 +526,63 @@ fn under_docker_defaults_memory_falls_back_to_rlimit_as_and_rusage_and_doctor_ag
     assert!(res["peak_memory_bytes"].is_null() && res["peak_memory_bytes_why"].is_string());
     assert!(res["oom_kills"].is_null() && res["oom_kills_why"].is_string());
 }
+
+#[test]
+fn allow_net_under_docker_defaults_is_refused_with_zero_spawn_and_doctor_agrees() {
+    let image = require_docker!(
+        "allow_net_under_docker_defaults_is_refused_with_zero_spawn_and_doctor_agrees"
+    );
+    let b = Volume::new(&image);
+    // Root without CAP_SYS_ADMIN (Docker's defaults): the proxy's network
+    // namespace cannot be made, so --allow-net is isolation_unavailable
+    // before the use is spent, and doctor says why.
+    let touch = "echo ran > /work/ws/ran";
+    let script = format!(
+        "governed-exec doctor --json > /work/doctor.json && \
+         {APPROVE} --as-user 1000 --allow-net pypi.org -- sh -c '{touch}' 2>/dev/null && \
+         {RUN} --receipt /work/net.json -- sh -c '{touch}'; echo exit=$? > /work/net.code"
+    );
+    let o = b.run(&[], &script);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(b.path("net.code")).unwrap().trim(),
+        "exit=125"
+    );
+    let p = b.receipt("net.json")["predicate"].clone();
+    assert_eq!(p["outcome"]["reason"], "isolation_unavailable", "{p}");
+    let msg = p["outcome"]["message"].as_str().unwrap_or("");
+    assert!(
+        msg.contains("--allow-net") && msg.contains("CAP_SYS_ADMIN"),
+        "{msg}"
+    );
+    assert!(!b.path("ws/ran").exists(), "the command ran");
+    let journal: String = std::fs::read_dir(b.path("state/journal"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|f| std::fs::read_to_string(f.path()).unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        journal.matches("\"kind\":\"executing\"").count(),
+        0,
+        "{journal}"
+    );
+    let doctor: Value =
+        serde_json::from_slice(&std::fs::read(b.path("doctor.json")).unwrap()).unwrap();
+    let check = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "allow_net")
+        .cloned()
+        .unwrap_or_else(|| panic!("doctor has no allow_net: {doctor}"));
+    assert_eq!(check["available"], false, "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("CAP_SYS_ADMIN"),
+        "{check}"
+    );
+}

@@ -12,6 +12,7 @@ mod ci_flow;
 mod ci_summary;
 mod containers;
 mod docker;
+mod egress;
 mod examples;
 mod fuzz_regressions;
 mod hardening;
