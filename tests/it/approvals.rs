@@ -378,9 +378,9 @@ fn bad_files_name_the_entry_and_line_and_change_nothing() {
             &["entry \"b\" (line 11)"],
         ),
         (
-            "allow_net in a build without it",
-            format!("{HEAD}{ok}\n[[command]]\nname = \"b\"\nrun = [\"echo\"]\nallow_net = [\"example.org\"]\n"),
-            &["entry \"b\" (line 12)", "allow_net", "not supported by this build"],
+            "allow_net with a wildcard",
+            format!("{HEAD}{ok}\n[[command]]\nname = \"b\"\nrun = [\"echo\"]\nallow_net = [\"*.example.org\"]\n"),
+            &["entry \"b\"", "*.example.org"],
         ),
     ];
     for (what, body, wants) in cases {
@@ -632,5 +632,35 @@ fn the_shipped_ci_approvals_file_approves_and_checks() {
             sha256_of(&script)
         )),
         "{out}"
+    );
+}
+
+/// `allow_net` in an approvals file is `approve --allow-net`: the same
+/// canonical entries in the lease (host lower-cased, port explicit).
+#[test]
+fn allow_net_in_the_file_is_the_flags_lease_field() {
+    let e = Env::new();
+    let body = format!(
+        "{HEAD}\n[[command]]\nname = \"fetch\"\nrun = [\"true\"]\nallow_net = [\"PyPI.org\", \"files.pythonhosted.org:443\", \"10.0.0.1:8080\"]\n"
+    );
+    let f = write_file(&e, "approvals.toml", &body);
+    let o = approve_file(&e, &f, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&e.manifest).unwrap()).unwrap();
+    let lease = m["leases"].as_array().unwrap().last().unwrap().clone();
+    let body = if lease["body"].is_object() {
+        &lease["body"]
+    } else {
+        &lease
+    };
+    assert_eq!(
+        body["isolation"]["allow_net"],
+        serde_json::json!([
+            "pypi.org:443",
+            "files.pythonhosted.org:443",
+            "10.0.0.1:8080"
+        ]),
+        "{lease}"
     );
 }
