@@ -103,7 +103,7 @@ pub fn cli_main() -> i32 {
             }
             let one_line = one_line_error(&e.to_string());
             if is_run {
-                return run::refuse_unparsed(one_line);
+                return run::refuse_unparsed(one_line, &e.to_string());
             }
             return usage_error(one_line);
         }
@@ -184,6 +184,7 @@ pub fn cli_main() -> i32 {
                     workspace: r.workspace,
                     receipt: r.receipt,
                     stream: r.stream,
+                    quiet: r.quiet,
                     request: r.request,
                     lease: r.lease,
                     cwd: r.cwd,
@@ -270,8 +271,8 @@ pub fn cli_main() -> i32 {
                 return usage_error(e.to_string());
             }
             match action {
-                JournalAction::List { json } => {
-                    operator::journal_list(&*l, json).map_or_else(usage_error, |_| 0)
+                JournalAction::List { json, refusals } => {
+                    operator::journal_list(&*l, json, refusals).map_or_else(usage_error, |_| 0)
                 }
                 JournalAction::Show { attempt, json } => {
                     match operator::journal_show(&*l, &attempt, json) {
