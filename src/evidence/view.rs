@@ -511,22 +511,23 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
-/// Cut one line to `width` characters, marking the cut.
-fn clip(line: &str, width: usize) -> String {
-    if columns(line) <= width {
-        return line.to_string();
-    }
-    let mut out = String::new();
+/// One line of a stream split into pieces of at most `width` columns, every
+/// character kept: the end of a failing step's error message is often its
+/// most useful part, so a tail line is wrapped, never cut.
+fn hard_wrap(line: &str, width: usize) -> Vec<String> {
+    let mut out = vec![String::new()];
     let mut used = 0;
     for c in line.chars() {
         let w = char_columns(c);
-        if used + w > width.saturating_sub(1) {
-            break;
+        if used + w > width.max(2) && used > 0 {
+            out.push(String::new());
+            used = 0;
         }
         used += w;
-        out.push(c);
+        if let Some(last) = out.last_mut() {
+            last.push(c);
+        }
     }
-    out.push('…');
     out
 }
 
@@ -551,8 +552,12 @@ pub fn receipt_text(statement: &Value) -> String {
         let st = &p["streams"][name];
         let lines = tail_lines(st);
         out.push_str(&format!("  {}\n", stream_header(name, st, lines.len())));
+        // A line longer than the view continues on `+` lines.
         for l in lines {
-            out.push_str(&format!("    | {}\n", clip(&l, WIDTH - 6)));
+            for (i, piece) in hard_wrap(&l, WIDTH - 6).iter().enumerate() {
+                let bar = if i == 0 { '|' } else { '+' };
+                out.push_str(&format!("    {bar} {piece}\n"));
+            }
         }
     }
     out.push_str(&format!("  ({UNCHECKED})\n"));
@@ -743,12 +748,14 @@ mod tests {
     }
 
     #[test]
-    fn clip_counts_columns_not_chars() {
+    fn hard_wrap_counts_columns_and_keeps_every_character() {
         let wide = "日".repeat(80);
-        let c = clip(&wide, 20);
-        assert!(columns(&c) <= 20, "{c}");
-        assert!(c.ends_with('…'));
-        assert_eq!(clip("short", 20), "short");
+        let pieces = hard_wrap(&wide, 20);
+        assert_eq!(pieces.len(), 8, "{pieces:?}");
+        assert!(pieces.iter().all(|p| columns(p) <= 20), "{pieces:?}");
+        assert_eq!(pieces.concat(), wide);
+        assert_eq!(hard_wrap("short", 20), vec!["short".to_string()]);
+        assert_eq!(hard_wrap("", 20), vec![String::new()]);
     }
 
     #[test]

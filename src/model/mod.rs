@@ -801,6 +801,18 @@ pub enum CleanupState {
     NotStarted,
 }
 
+/// The wire name (`gone`, `not_confirmed`, `not_started`), for messages:
+/// never the Rust variant name.
+impl fmt::Display for CleanupState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CleanupState::Gone => "gone",
+            CleanupState::NotConfirmed => "not_confirmed",
+            CleanupState::NotStarted => "not_started",
+        })
+    }
+}
+
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -1067,4 +1079,21 @@ pub struct Envelope {
 /// the file and the offending field.
 pub fn parse_json<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, String> {
     serde_json::from_slice(bytes).map_err(|e| format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn cleanup_states_read_as_their_wire_names() {
+        for st in [
+            CleanupState::Gone,
+            CleanupState::NotConfirmed,
+            CleanupState::NotStarted,
+        ] {
+            assert_eq!(serde_json::to_value(&st).unwrap(), st.to_string());
+        }
+    }
 }
