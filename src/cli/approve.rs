@@ -474,5 +474,163 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         .as_user
         .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
     line("boundary", boundary_text(&b.isolation, uid, None, None));
+    let here = Machine {
+        euid: nix::unistd::geteuid().as_raw(),
+        admin: crate::os::sys::has_effective_capability(21),
+        landlock: crate::os::sys::landlock_abi_version().is_some(),
+    };
+    for w in unverifiable_here(&b.isolation, here) {
+        line("WARNING", w);
+    }
     escape::visible_lines(&format!("governed-exec: approval summary\n{out}"))
+}
+
+/// What decides, on the machine where `approve` runs, whether the runner
+/// key and the cleanup witness are out of the child's reach.
+#[derive(Debug, Clone, Copy)]
+pub struct Machine {
+    /// The uid runs will have (the approver's, on this machine).
+    pub euid: u32,
+    /// CAP_SYS_ADMIN: a uid-0 child can be given its own mount namespace.
+    pub admin: bool,
+    /// The kernel offers Landlock.
+    pub landlock: bool,
+}
+
+/// The reasons receipts of a lease with `iso` will be `NOT_VERIFIED` when
+/// run on this machine by this uid (the same rules `run` applies in its
+/// signing report and cleanup witness, CONTRACT §7), each naming the
+/// flags that fix it; empty when nothing is predicted.
+pub fn unverifiable_here(iso: &IsolationRequest, m: Machine) -> Vec<String> {
+    let any = crate::process::isolation::any_isolation(iso);
+    let child_uid = iso.as_user.map_or(m.euid, |u| u.uid);
+    let mut out = Vec::new();
+    if child_uid == 0 && !any {
+        out.push(format!(
+            "receipts of this lease will be NOT_VERIFIED on this machine (signing_key_in_child_reach, and no_leftover_processes if the goal asks): the child runs as uid 0 with every capability, so it can read the runner key and evade the cleanup witness; re-approve with {} (or --allow-key-in-reach at verify, which proves nothing against the child)",
+            if m.admin && m.landlock {
+                "--fs-write-scope (the child keeps only harmless capabilities, in its own mount namespace) or --as-user UID (the child runs as that uid)"
+            } else {
+                "--as-user UID (the child runs as that uid; here a uid-0 child cannot be given a mount namespace and a Landlock guard)"
+            }
+        ));
+    } else if child_uid == 0 && !(m.admin && m.landlock) {
+        out.push(format!(
+            "receipts of this lease will be NOT_VERIFIED on this machine (signing_key_in_child_reach): the child runs as uid 0 and {}; re-approve with --as-user UID (the child runs as that uid)",
+            if m.admin {
+                "the kernel offers no Landlock to guard the covered key"
+            } else {
+                "governed-exec lacks CAP_SYS_ADMIN here (a container's default), so the key cannot be hidden in a mount namespace"
+            }
+        ));
+    } else if child_uid == m.euid && child_uid != 0 && !any {
+        out.push(format!(
+            "receipts of this lease will be NOT_VERIFIED on this machine (signing_key_in_child_reach): the child runs as uid {child_uid}, which owns the runner key; re-approve with {}",
+            if m.landlock {
+                "--fs-write-scope (Landlock denies the child the runner key and the state dir)"
+            } else {
+                "--as-user UID run by root (the kernel offers no Landlock to deny the child the key)"
+            }
+        ));
+    } else if child_uid == m.euid && child_uid != 0 && !m.landlock {
+        out.push(format!(
+            "receipts of this lease will be NOT_VERIFIED on this machine (signing_key_in_child_reach): the child runs as uid {child_uid}, which owns the runner key, and the kernel offers no Landlock to deny it the key; a root runner with --as-user UID fixes it"
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iso() -> IsolationRequest {
+        IsolationRequest {
+            as_user: None,
+            fs_write: None,
+            fs_read: None,
+            no_network: false,
+            pid_namespace: false,
+        }
+    }
+
+    const ROOT: Machine = Machine {
+        euid: 0,
+        admin: true,
+        landlock: true,
+    };
+    const USER: Machine = Machine {
+        euid: 1000,
+        admin: false,
+        landlock: true,
+    };
+
+    #[test]
+    fn a_lease_without_isolation_is_predicted_unverifiable_with_the_fix_named() {
+        let w = unverifiable_here(&iso(), ROOT);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("--fs-write-scope") && w[0].contains("--as-user UID"),
+            "{w:?}"
+        );
+        let w = unverifiable_here(&iso(), USER);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("uid 1000") && w[0].contains("--fs-write-scope"),
+            "{w:?}"
+        );
+        // A container's root: no CAP_SYS_ADMIN, so only --as-user helps.
+        let w = unverifiable_here(
+            &iso(),
+            Machine {
+                admin: false,
+                ..ROOT
+            },
+        );
+        assert!(
+            w[0].contains("--as-user UID") && !w[0].contains("--fs-write-scope"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn the_flags_it_names_clear_the_warning() {
+        let scoped = IsolationRequest {
+            fs_write: Some(vec![]),
+            ..iso()
+        };
+        assert!(unverifiable_here(&scoped, ROOT).is_empty());
+        assert!(unverifiable_here(&scoped, USER).is_empty());
+        let other = IsolationRequest {
+            as_user: Some(UserSpec {
+                uid: 1000,
+                gid: 1000,
+            }),
+            ..iso()
+        };
+        assert!(unverifiable_here(&other, ROOT).is_empty());
+        // Isolation that cannot guard the key here still warns.
+        assert_eq!(
+            unverifiable_here(
+                &scoped,
+                Machine {
+                    admin: false,
+                    ..ROOT
+                }
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            unverifiable_here(
+                &scoped,
+                Machine {
+                    landlock: false,
+                    ..USER
+                }
+            )
+            .len(),
+            1
+        );
+    }
 }
