@@ -12,6 +12,7 @@ mod ci_summary;
 mod containers;
 mod docker;
 mod examples;
+mod first_hour;
 mod fuzz_regressions;
 mod hardening;
 mod identity_drift;
