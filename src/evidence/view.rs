@@ -205,7 +205,7 @@ fn identity_rows(p: &Value, rows: &mut Vec<Row>) {
             format!(
                 "[{}] profile {}",
                 words.join(", "),
-                s(r, "profile").map_or("?".into(), visible)
+                s(r, "profile").map_or("not given".into(), visible)
             ),
         ));
     }

@@ -101,6 +101,31 @@ pub struct Request {
     pub profile: Profile,
 }
 
+/// The request as a receipt records it: the four fields of [`Request`],
+/// but `profile` is `null` when `run -- CMD` was refused before any lease
+/// chose the profile and the caller gave no `--profile` (a receipt shows
+/// the request as given, never a defaulted tier).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptRequest {
+    pub executable: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub profile: Option<Profile>,
+}
+
+impl From<Request> for ReceiptRequest {
+    fn from(r: Request) -> Self {
+        ReceiptRequest {
+            executable: r.executable,
+            argv: r.argv,
+            cwd: r.cwd,
+            profile: Some(r.profile),
+        }
+    }
+}
+
 // ---------------------------------------------------------------- identity
 
 /// One hop of a symlink chain: `path` pointed at `target` (as read).
@@ -1001,7 +1026,7 @@ pub struct ReceiptBody {
     pub attempt_id: Option<String>,
     pub goal: Option<GoalRef>,
     pub lease: Option<LeaseRef>,
-    pub request: Option<Request>,
+    pub request: Option<ReceiptRequest>,
     pub workspace: Option<String>,
     /// Which binding the lease used (`machine` or `portable`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -25,7 +25,7 @@ use crate::ledger::{self, GoalSession, Ledger, LedgerError};
 use crate::model::goal::{self, LoadedGoal};
 use crate::model::{
     Cleanup, CleanupState, GoalRef, LeaseRef, Outcome, OutcomeClass, Profile, Reason, ReceiptBody,
-    Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
+    ReceiptRequest, Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
 };
 use crate::os::safe_io::WriteTarget;
 use crate::os::sys::{ChildStep, SpawnSpec};
@@ -78,7 +78,7 @@ struct Draft {
     receipt_id: String,
     attempt_id: Option<String>,
     goal: Option<GoalRef>,
-    request: Option<Request>,
+    request: Option<ReceiptRequest>,
     started: SystemTime,
     key: Option<SigningKey>,
     /// `--receipt PATH`, its directory pinned before any child runs (or why
@@ -619,8 +619,18 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         Ok(s) => s,
         Err(e) => return refuse_early(&draft, RunError::Request(e).into()),
     };
-    if let Selection::Request { request, .. } = &selection {
-        draft.request = Some(request.clone());
+    // The request as given: without --profile, `run -- CMD` names no
+    // profile until a lease chooses it, and a refusal before that says so.
+    if let Selection::Request {
+        request,
+        profile_given,
+    } = &selection
+    {
+        let mut given = ReceiptRequest::from(request.clone());
+        if !profile_given {
+            given.profile = None;
+        }
+        draft.request = Some(given);
     }
     let (manifest, pending_index) =
         match manifest_index::load_for(&args.manifest, &state_dir, &selection) {
@@ -719,7 +729,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
             return draft.refuse(r);
         }
     };
-    draft.request = Some(admitted.lease.body.request.clone());
+    draft.request = Some(admitted.lease.body.request.clone().into());
     let ended = execute(
         draft,
         admitted,

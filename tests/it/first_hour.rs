@@ -386,3 +386,21 @@ fn a_long_stderr_line_is_wrapped_in_the_text_view_never_cut() {
     assert!(joined.contains(&line), "{text}");
     assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
 }
+
+#[test]
+fn a_refusal_before_matching_records_the_request_as_given() {
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let r = e.run(&[], &["false", "x"]);
+    r.assert_refused("no_matching_lease");
+    let req = &r.predicate()["request"];
+    assert_eq!(req["executable"], "false");
+    assert_eq!(req["argv"], serde_json::json!(["x"]));
+    assert!(req["profile"].is_null(), "a defaulted profile: {req}");
+    let r = e.run(&["--profile", "short"], &["false"]);
+    assert_eq!(r.predicate()["request"]["profile"], "short");
+    // Once a lease matched, the lease's request (its profile included).
+    let r = e.run(&[], &["true"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.predicate()["request"]["profile"], "standard");
+}
