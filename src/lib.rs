@@ -149,6 +149,7 @@ pub fn cli_main() -> i32 {
                 command: a.command,
                 portable: a.portable,
                 ledger: a.ledger,
+                ledger_owner: a.ledger_owner,
             };
             match approve::approve(args) {
                 Ok(id) => match outln!("{id}") {
@@ -291,8 +292,11 @@ pub fn cli_main() -> i32 {
                 },
             }
         }
-        Command::Doctor { json } => {
-            let r = doctor::report();
+        Command::Doctor { json, ledger } => {
+            let mut r = doctor::report();
+            if let Some(l) = &ledger {
+                r.checks.push(doctor::ledger_check(l));
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
             } else {

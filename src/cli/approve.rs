@@ -2,7 +2,7 @@
 //! plain words exactly what is being approved, sign the lease and add it to
 //! the manifest. Never prompts: the decision was made by running the command.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::gate::identity::{self, CLEAN_PATH};
@@ -56,6 +56,8 @@ pub struct ApproveArgs {
     pub portable: bool,
     /// `--ledger PATH|postgres://HOST[:PORT]/DB`.
     pub ledger: Option<String>,
+    /// `--ledger-owner UID[:GID]`: the uid a `--ledger DIR` is given to.
+    pub ledger_owner: Option<String>,
 }
 
 /// The smallest values under which a program can start at all; below them
@@ -162,6 +164,62 @@ fn parse_user(s: &str) -> Result<UserSpec, String> {
     Ok(UserSpec { uid, gid })
 }
 
+/// Give a ledger directory, and everything in it, to the uid and gid that
+/// will run the lease (`--ledger-owner`): a CI runner of another uid must
+/// create and lock files there. Symlinks are changed themselves, never
+/// followed.
+fn give_ledger(dir: &Path, user: UserSpec) -> Result<(), String> {
+    use nix::unistd::{fchownat, Gid, Uid};
+    fn walk(p: &Path, user: UserSpec, depth: usize) -> Result<(), String> {
+        fchownat(
+            None,
+            p,
+            Some(Uid::from_raw(user.uid)),
+            Some(Gid::from_raw(user.gid)),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| {
+            format!(
+                "--ledger-owner: cannot give {} to uid {} gid {}: {e} (only root, or that uid for its own files, can)",
+                p.display(),
+                user.uid,
+                user.gid
+            )
+        })?;
+        let is_dir = std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+        if is_dir && depth < 8 {
+            let entries = std::fs::read_dir(p)
+                .map_err(|e| format!("--ledger-owner: {}: {e}", p.display()))?;
+            for entry in entries.flatten() {
+                walk(&entry.path(), user, depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+    walk(dir, user, 0)
+}
+
+/// Who can spend a ledger directory's uses, from its owner and mode: the
+/// line the approval summary prints, so a root approver sees that a CI
+/// runner of another uid could not.
+fn ledger_access(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir).ok()?;
+    let mode = m.mode() & 0o7777;
+    let group = if mode & 0o070 == 0o070 {
+        format!(" and members of gid {}", m.gid())
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{} is owned by uid {} gid {} with mode {mode:04o}: only uid {}{group} (and root) can spend uses there; for runners of another uid, approve with --ledger-owner UID[:GID] (or chown/chmod the directory and its journal/)",
+        dir.display(),
+        m.uid(),
+        m.gid(),
+        m.uid()
+    ))
+}
+
 /// Resolve, sign and store the lease. Returns the lease id.
 pub fn approve(a: ApproveArgs) -> Result<String, String> {
     let goal = goal::load(&a.goal)?;
@@ -255,6 +313,27 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         .as_deref()
         .map(|l| LedgerSpec::parse(l).and_then(|s| s.for_lease()))
         .transpose()?;
+    // Given before the summary (which says who can use the ledger), and
+    // again after the approval's own writes to it (a superseded lease's
+    // revocation), so every file in it is the runner's.
+    let mut owner = None;
+    if let Some(o) = &a.ledger_owner {
+        let user = parse_user(o).map_err(|e| e.replace("--as-user", "--ledger-owner"))?;
+        match a.ledger.as_deref().map(LedgerSpec::parse).transpose()? {
+            Some(LedgerSpec::Path(_)) => {
+                if let Some(dir) = &ledger {
+                    give_ledger(Path::new(dir), user)?;
+                    owner = Some((PathBuf::from(dir), user));
+                }
+            }
+            _ => {
+                return Err(
+                    "--ledger-owner goes with --ledger DIR (a PostgreSQL ledger's access is the database's roles)"
+                        .into(),
+                )
+            }
+        }
+    }
     let (binding, portable) = if a.portable {
         (
             Binding::Portable,
@@ -317,6 +396,9 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
         "approved: lease {id} added to {}",
         escape::visible(&a.manifest.display().to_string())
     );
+    if let Some((dir, user)) = owner {
+        give_ledger(&dir, user)?;
+    }
     Ok(id)
 }
 
@@ -464,10 +546,15 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
             "ledger",
             "the runner's state dir: uses, revocations and unknown outcomes are counted per state dir, so runners with different state dirs each count their own uses".into(),
         ),
-        Some(l) => line(
-            "ledger",
-            format!("{l}: every run spends its uses there, whatever its state dir; unreachable means refused (ledger_unavailable)"),
-        ),
+        Some(l) => {
+            line(
+                "ledger",
+                format!("{l}: every run spends its uses there, whatever its state dir; unreachable means refused (ledger_unavailable)"),
+            );
+            if let Some(access) = ledger_access(Path::new(l)) {
+                line("ledger", access);
+            }
+        }
     }
     let uid = b
         .isolation

@@ -86,6 +86,10 @@ pub enum Command {
         /// One JSON object instead of text [default: off].
         #[arg(long)]
         json: bool,
+        /// Also check that this uid can use this ledger (PATH or
+        /// postgres://HOST[:PORT]/DB) as a run would [default: no ledger check].
+        #[arg(long, value_name = "PATH|postgres://HOST[:PORT]/DB")]
+        ledger: Option<String>,
     },
     /// A person classifies an attempt whose outcome is unknown.
     Resolve {
@@ -309,6 +313,11 @@ pub struct ApproveCmd {
     /// [default: the runner's state dir, counted per state dir].
     #[arg(long, value_name = "PATH|postgres://HOST[:PORT]/DB")]
     pub ledger: Option<String>,
+    /// Give a --ledger DIR (and its journal/) to the uid (and gid) that will
+    /// run the lease, e.g. a CI runner's; needs root [default: the ledger
+    /// stays the approver's, 0700, usable by that uid and root only].
+    #[arg(long, value_name = "UID[:GID]", requires = "ledger")]
+    pub ledger_owner: Option<String>,
     /// The request as a JSON file (executable, argv, cwd, profile) [default: the `-- CMD` after the flags].
     #[arg(long, value_name = "REQUEST.json")]
     pub request: Option<String>,

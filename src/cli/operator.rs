@@ -56,7 +56,7 @@ pub fn receipt_show(path: &Path, format: ReceiptFormat) -> Result<(), String> {
 /// One refused run, as `journal list --refusals` shows it.
 #[derive(serde::Serialize)]
 pub struct RefusalRow {
-    /// The journal's label for the Goal's chain (its goal id).
+    /// The ledger's label of the Goal's chain (a journal file, or a goal id).
     pub chain: String,
     pub at: String,
     pub lease_id: Option<String>,
@@ -151,9 +151,8 @@ pub fn journal_list(l: &dyn Ledger, json: bool, with_refusals: bool) -> Result<(
     if with_refusals {
         crate::outln!("")?;
         crate::outln!(
-            "{:<26} {:<20} {:<28} {:<28} MESSAGE",
+            "{:<26} {:<28} {:<28} MESSAGE",
             "REFUSED AT",
-            "GOAL",
             "LEASE",
             "REASON"
         )?;
@@ -161,9 +160,8 @@ pub fn journal_list(l: &dyn Ledger, json: bool, with_refusals: bool) -> Result<(
             // The message is the whole refusal line `run` printed: kept
             // whole (no column cut), hidden characters escaped.
             let line = format!(
-                "{:<26} {:<20} {:<28} {:<28} {}",
+                "{:<26} {:<28} {:<28} {}",
                 r.at,
-                r.chain,
                 r.lease_id.as_deref().unwrap_or("-"),
                 r.reason.to_string(),
                 r.message

@@ -404,3 +404,99 @@ fn a_refusal_before_matching_records_the_request_as_given() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.predicate()["request"]["profile"], "standard");
 }
+
+fn ledger_check(bin: &std::path::Path, ledger: &std::path::Path) -> serde_json::Value {
+    let mut dc = cmd();
+    dc.arg("doctor").arg("--json").arg("--ledger").arg(ledger);
+    let o = output_settled(as_nobody(bin, &dc));
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("doctor: {e}: {}", String::from_utf8_lossy(&o.stderr)));
+    d["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "ledger")
+        .cloned()
+        .unwrap()
+}
+
+#[test]
+fn a_ledger_dir_a_runner_uid_cannot_use_is_reported_as_such_and_ledger_owner_fixes_it() {
+    if !is_root() {
+        skip!("needs root: the approver is root, the runner uid 65534");
+        return;
+    }
+    let (e, bin) = unprivileged_env();
+    let ledger = e.path("ledger");
+    let l = ledger.to_str().unwrap();
+    let o = output(e.approve_cmd(&["--ledger", l, "--uses", "2"], &["true"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
+    let summary = stderr_of(&o);
+    assert!(
+        summary.contains(&format!(
+            "{l} is owned by uid 0 gid 0 with mode 0700: only uid 0 (and root) can spend uses there"
+        )) && summary.contains("--ledger-owner UID[:GID]"),
+        "{summary}"
+    );
+    let denied = format!(
+        "{l} is owned by uid 0 gid 0 with mode 0700, and uid 65534 (gid 65534) cannot enter it"
+    );
+    let r = finish_run(output_settled(as_nobody(&bin, &e.run_cmd(&[], &["true"]))));
+    r.assert_refused("ledger_unavailable");
+    assert!(r.stderr.contains(&denied), "{}", r.stderr);
+    assert!(!r.stderr.contains("mounted"), "{}", r.stderr);
+    let c = ledger_check(&bin, &ledger);
+    assert_eq!(c["available"], false, "{c}");
+    assert!(c["detail"].as_str().unwrap().contains(&denied), "{c}");
+
+    // Re-approved for the runner's uid: the ledger is its own.
+    let o = output(e.approve_cmd(
+        &[
+            "--ledger",
+            l,
+            "--ledger-owner",
+            "65534:65534",
+            "--uses",
+            "2",
+        ],
+        &["true"],
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
+    assert!(
+        stderr_of(&o).contains("only uid 65534"),
+        "{}",
+        stderr_of(&o)
+    );
+    let c = ledger_check(&bin, &ledger);
+    assert_eq!(c["available"], true, "{c}");
+    let r = finish_run(output_settled(as_nobody(&bin, &e.run_cmd(&[], &["true"]))));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.predicate()["ledger"], l);
+}
+
+#[test]
+fn a_state_dir_the_runner_cannot_write_names_owner_mode_and_uid() {
+    if !is_root() {
+        skip!("needs root to make a directory another uid cannot write");
+        return;
+    }
+    let (e, bin) = unprivileged_env();
+    e.approve(&[], &["true"]);
+    let locked = e.path("locked");
+    std::fs::create_dir(&locked).unwrap();
+    let state = locked.join("state");
+    let files = RunFiles {
+        state: &state,
+        ..e.files()
+    };
+    let r = finish_run(output_settled(as_nobody(
+        &bin,
+        &run_cmd_with(files, &[], &["true"]),
+    )));
+    assert_eq!(r.code, 125, "{}", r.stderr);
+    let want = format!(
+        "{} is owned by uid 0 gid 0 with mode 0755, and uid 65534 (gid 65534) cannot write in it",
+        locked.display()
+    );
+    assert!(r.stderr.contains(&want), "{}", r.stderr);
+}
