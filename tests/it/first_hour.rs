@@ -500,3 +500,60 @@ fn a_state_dir_the_runner_cannot_write_names_owner_mode_and_uid() {
     );
     assert!(r.stderr.contains(&want), "{}", r.stderr);
 }
+
+#[test]
+fn the_key_guard_holds_when_the_state_dir_is_under_a_directory_the_runner_cannot_list() {
+    // A nested governed-exec's state dir sits under the outer run's 0711
+    // scratch root: it can enter it, not list it.
+    if !is_root() {
+        skip!("needs root to make a directory uid 65534 can enter but not list");
+        return;
+    }
+    let (e, bin) = unprivileged_env();
+    let doctor: serde_json::Value =
+        serde_json::from_slice(&output(cmd().arg("doctor").arg("--json")).stdout).unwrap();
+    let landlock = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["name"] == "landlock" && c["available"] == true);
+    if !landlock {
+        skip!("no Landlock in this kernel: the key guard is Landlock's");
+        return;
+    }
+    let outer = e.path("outer");
+    std::fs::create_dir(&outer).unwrap();
+    std::fs::set_permissions(
+        &outer,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711),
+    )
+    .unwrap();
+    let state = outer.join("state");
+    std::fs::create_dir(&state).unwrap();
+    assert!(std::process::Command::new("chown")
+        .args(["65534:65534"])
+        .arg(&state)
+        .status()
+        .unwrap()
+        .success());
+    let o = output_settled(as_nobody(
+        &bin,
+        &e.approve_cmd(&["--fs-write-scope"], &["true"]),
+    ));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
+    let files = RunFiles {
+        state: &state,
+        ..e.files()
+    };
+    let r = finish_run(output_settled(as_nobody(
+        &bin,
+        &run_cmd_with(files, &[], &["true"]),
+    )));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let signing = &r.predicate()["signing"];
+    assert_eq!(signing["key_out_of_child_reach"], true, "{signing}");
+    assert!(
+        signing["why"].as_str().unwrap().contains("cannot list"),
+        "{signing}"
+    );
+}
