@@ -71,6 +71,9 @@ fn job(e: &Env) -> (std::path::PathBuf, String) {
     let r = e.run(&[], &["sh", "-c", "echo all tests passed"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     std::fs::write(dir.join("receipt.json"), &r.stdout).unwrap();
+    // The runner key's public half, committed as the YAML's trust chain
+    // says: verify trusts ci/runner.pub.
+    std::fs::copy(e.runner_pub(), dir.join("ci/runner.pub")).unwrap();
     let path = format!(
         "{}:{}",
         e.path("bin").display(),

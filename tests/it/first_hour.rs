@@ -557,3 +557,39 @@ fn the_key_guard_holds_when_the_state_dir_is_under_a_directory_the_runner_cannot
         "{signing}"
     );
 }
+
+#[test]
+fn the_readme_has_one_install_command_and_one_story_about_nss() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        !readme.contains("cargo install"),
+        "a second install command"
+    );
+    let installs: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.contains("install -m 0755"))
+        .collect();
+    assert!(!installs.is_empty());
+    for l in &installs {
+        assert!(
+            l.contains("scripts/build-static.sh") && l.ends_with("/usr/local/bin/governed-exec"),
+            "{l}"
+        );
+    }
+    // NSS: getaddrinfo for a PostgreSQL host name, and nothing else,
+    // wherever the README speaks of it.
+    for (i, _) in readme.match_indices("NSS function") {
+        let around = &readme[i.saturating_sub(40)..(i + 120).min(readme.len())];
+        assert!(around.contains("getaddrinfo"), "{around}");
+    }
+    for ci in ["ci/github-actions.yml", "ci/gitlab-ci.yml"] {
+        let y = std::fs::read_to_string(format!("{}/{ci}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        assert!(
+            y.lines().any(|l| l.contains("install -m 0755")
+                && l.contains("scripts/build-static.sh")
+                && l.ends_with("/usr/local/bin/governed-exec")),
+            "{ci} installs another way"
+        );
+    }
+}
