@@ -101,11 +101,19 @@ fn build_image() -> Result<String, String> {
         .unwrap_or_default()
         .as_nanos();
     let tag = format!("governed-exec-test:{}-{nanos}", std::process::id());
+    // scripts/test.sh names its run, and removes this run's images (and
+    // only those: other suites may be running beside it) when it ends.
+    let run_label = format!(
+        "governed-exec-test-run={}",
+        std::env::var("GOVERNED_EXEC_TEST_RUN").unwrap_or_else(|_| std::process::id().to_string())
+    );
     let o = docker(&[
         "build",
         "-q",
         "--label",
         "governed-exec-test=1",
+        "--label",
+        &run_label,
         "-t",
         &tag,
         ctx.path().to_str().unwrap(),
