@@ -17,18 +17,30 @@ ws=$(cd "${1:?usage: ci-step.sh WORKSPACE [OUT]}" && pwd)
 out=${2:-$ws/.governed}
 mkdir -p "$out"
 
-# Where rustup keeps its proxies (cargo, rustc, … are links to rustup),
-# its toolchains, and cargo's registry cache. Inside the child HOME is a
-# fresh empty directory, so each must be given explicitly.
+# Where rustup keeps its toolchains and cargo its registry cache. Inside
+# the child HOME is a fresh empty directory, so each must be given
+# explicitly. Under rustup the whole toolchain is pinned: the lease names
+# the toolchain's own cargo (the path `rustup which cargo` prints, hashed),
+# its bin comes first in PATH (so cargo's `rustc` is that toolchain's, not
+# a proxy's choice), RUSTUP_TOOLCHAIN names it and RUSTUP_AUTO_INSTALL=0,
+# and the write scope leaves RUSTUP_HOME read-only: no governed run can
+# install or update a toolchain.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
-if [ -x "$cargo_home/bin/cargo" ]; then
-  cargo_bin=$cargo_home/bin
+if command -v rustup >/dev/null && cargo_exe=$(cd "$ws" && rustup which cargo 2>/dev/null); then
+  tc_bin=$(dirname "$cargo_exe")
+  tc_name=$(basename "$(dirname "$tc_bin")")
+  recipe=(--env "PATH=$tc_bin:/usr/local/bin:/usr/bin:/bin"
+          --env "RUSTUP_TOOLCHAIN=$tc_name" --env RUSTUP_AUTO_INSTALL=0
+          --env "RUSTUP_HOME=$rustup_home" --env "CARGO_HOME=$cargo_home")
 else
-  cargo_bin=$(dirname "$(command -v cargo)")
+  cargo_exe=$(command -v cargo)
+  recipe=(--env "PATH=$(dirname "$cargo_exe"):/usr/local/bin:/usr/bin:/bin"
+          --env "CARGO_HOME=$cargo_home")
 fi
-recipe=(--env "PATH=$cargo_bin:/usr/local/bin:/usr/bin:/bin"
-        --env "RUSTUP_HOME=$rustup_home" --env "CARGO_HOME=$cargo_home")
+
+# 0. Before the governed run, which is --offline: the registry cache.
+(cd "$ws" && "$cargo_exe" fetch --locked)
 
 # 1. Once, by a human: approve exactly this step. The approval summary
 #    (stderr) says whether cargo is a rustup proxy and which --env it needs.
@@ -39,14 +51,14 @@ recipe=(--env "PATH=$cargo_bin:/usr/local/bin:/usr/bin:/bin"
 "$GE" approve --goal "$here/goal.json" --workspace "$ws" --manifest "$out/manifest.json" \
   --key "$out/approver.key" --ttl 1h --uses 1 --profile long "${recipe[@]}" \
   --fs-write "$cargo_home" \
-  -- cargo test --offline --locked
+  -- "$cargo_exe" test --offline --locked
 
 # 2. The pipeline step: headless, bounded, never prompts. Its exit code is
 #    cargo's own; keep going to verify and summarise either way.
 status=0
 "$GE" run --goal "$here/goal.json" --manifest "$out/manifest.json" \
   --trust "$out/approver.pub" --state-dir "$out/state" --receipt "$out/receipt.json" \
-  --profile long -- cargo test --offline --locked || status=$?
+  --profile long -- "$cargo_exe" test --offline --locked || status=$?
 
 # 3. What a person reads: the verdict and the receipt's text view.
 "$GE" verify --goal "$here/goal.json" --receipt "$out/receipt.json" \

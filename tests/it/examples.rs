@@ -59,8 +59,13 @@ fn cargo_test_as_a_governed_ci_step_with_the_rustup_recipe() {
         .map(|p| p.file_name().is_some_and(|n| n == "rustup"))
         .unwrap_or(false);
     if proxy {
-        // The recipe is in the lease, so the summary only notes what is pinned.
-        assert!(err.contains("cargo is a rustup proxy;"), "{err}");
+        // Under rustup the lease names the toolchain's own cargo, and the
+        // whole toolchain is pinned: nothing is left to warn about.
+        assert!(
+            err.contains("/toolchains/") && !err.contains("own binary, pinned; but"),
+            "{err}"
+        );
+        assert!(!err.contains("is a rustup proxy"), "{err}");
     }
 }
 
