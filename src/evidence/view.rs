@@ -540,10 +540,11 @@ pub fn receipt_text(statement: &Value) -> String {
     let mut out = String::from("governed-exec receipt\n");
     for r in rows_of(p) {
         let mut first = true;
-        for line in wrap(&r.value, WIDTH - LABEL - 2) {
+        // A label as long as the column still gets a space after it, and
+        // the value wraps in what is left of the line.
+        let w = LABEL.max(columns(&r.label) + 1);
+        for line in wrap(&r.value, WIDTH.saturating_sub(w + 2)) {
             let label = if first { r.label.as_str() } else { "" };
-            // A label as long as the column still gets a space after it.
-            let w = LABEL.max(columns(&r.label) + 1);
             out.push_str(&format!("  {label:<w$}{line}\n"));
             first = false;
         }
@@ -787,5 +788,18 @@ mod tests {
         );
         assert_eq!(rows[0].met, Some(false));
         assert!(rows[1..].iter().all(|r| r.met.is_none()));
+    }
+
+    #[test]
+    fn a_label_wider_than_the_column_still_fits_the_width() {
+        let stmt = serde_json::json!({ "predicate": {
+            "outcome": { "class": "exited", "exit_code": 0 },
+            "process_limit": { "detail": "word ".repeat(60) },
+        }});
+        let text = receipt_text(&stmt);
+        for l in text.lines() {
+            assert!(columns(l) <= WIDTH, "{l:?}");
+        }
+        assert!(text.contains("process_limit"), "{text}");
     }
 }
