@@ -423,3 +423,22 @@ fn a_server_error_is_shown_in_the_servers_words_with_its_sqlstate_and_no_passwor
         );
     }
 }
+
+#[test]
+fn a_tls_failure_names_its_cause() {
+    let pg = need_pg!();
+    let ledger = pg.new_ledger();
+    // The test cluster speaks no TLS: a ledger that requires it fails in
+    // the handshake, and the error says why, not only that it failed.
+    let o = output(
+        cmd()
+            .args(["journal", "--ledger", &ledger, "list"])
+            .env("PGSSLMODE", "require"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("error performing TLS handshake: server does not support TLS"),
+        "{err}"
+    );
+}
