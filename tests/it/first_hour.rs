@@ -601,3 +601,17 @@ fn the_readme_has_one_install_command_and_one_story_about_nss() {
         );
     }
 }
+
+#[test]
+fn a_pid_namespace_lease_is_told_its_leftovers_are_not_counted() {
+    let e = Env::new();
+    let o = output(e.approve_cmd(&["--pid-namespace"], &["true"]));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_of(&o));
+    assert!(
+        stderr_of(&o).contains("are not counted in cleanup.leftover_processes_killed"),
+        "{}",
+        stderr_of(&o)
+    );
+    let o = output(e.approve_cmd(&[], &["true"]));
+    assert!(!stderr_of(&o).contains("leftover_processes_killed"));
+}
