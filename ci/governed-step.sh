@@ -14,6 +14,15 @@ case "${1:-}" in
   *) echo "usage: governed-step.sh github|gitlab" >&2; exit 2 ;;
 esac
 CARGO_HOME="$PWD/target/cargo-home"
-PATH="$toolchain:$PATH"
-export RUSTUP_HOME CARGO_HOME PATH
-exec cargo test --locked
+# Pin the whole toolchain: the one the checkout selects, already installed
+# (RUSTUP_AUTO_INSTALL=0: a governed run never installs or updates one, and
+# the lease's write scope leaves RUSTUP_HOME read-only anyway), its own bin
+# first in PATH so cargo's rustc is that toolchain's, not a proxy's choice.
+RUSTUP_AUTO_INSTALL=0
+export RUSTUP_HOME RUSTUP_AUTO_INSTALL
+cargo_exe=$("$toolchain/rustup" which cargo)
+tc_bin=$(dirname "$cargo_exe")
+RUSTUP_TOOLCHAIN=$(basename "$(dirname "$tc_bin")")
+PATH="$tc_bin:$toolchain:$PATH"
+export RUSTUP_TOOLCHAIN CARGO_HOME PATH
+exec "$cargo_exe" test --locked

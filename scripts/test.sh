@@ -11,20 +11,45 @@
 # tests SKIP loudly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The interop tests and Python examples use the venv .ci/run makes (they
-# say SKIP without it).
-if [ -z "${GOVERNED_EXEC_PYTHON:-}" ] && [ -x target/pyenv/bin/python ]; then
-  export GOVERNED_EXEC_PYTHON="$PWD/target/pyenv/bin/python"
+# Hermetic: the tests write only temporary directories. A test that forgot
+# --state-dir would otherwise write the user's real
+# ~/.local/state/governed-exec (revocations, keys, journals): every default
+# points into this run's own temporary directory, removed at the end, and
+# so do the Docker images this run builds (labelled with its id; other
+# suites running beside it keep theirs).
+run_id="$$-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')"
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/governed-exec-test.XXXXXX")
+export GOVERNED_EXEC_TEST_RUN="$run_id"
+export GOVERNED_EXEC_STATE_DIR="$scratch/state"
+export XDG_STATE_HOME="$scratch/xdg-state"
+pgdir=""
+cleanup() {
+  if [ -n "$pgdir" ]; then bash scripts/pg-test-cluster.sh stop "$pgdir" || true; fi
+  if command -v docker >/dev/null && docker version >/dev/null 2>&1; then
+    docker image ls -q --filter "label=governed-exec-test-run=$run_id" | sort -u \
+      | xargs -r docker image rm -f >/dev/null 2>&1 || true
+  fi
+  rm -rf "$scratch"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT HUP
+# The interop tests and Python examples use the venv .ci/run makes: made
+# here too (PyPI), so the full set runs, not three SKIPs.
+if [ -z "${GOVERNED_EXEC_PYTHON:-}" ]; then
+  if py=$(bash scripts/pyenv.sh); then
+    export GOVERNED_EXEC_PYTHON="$py"
+  else
+    echo "*** SKIP: no Python venv could be made; the interop tests will SKIP ***" >&2
+  fi
 fi
 if [ -z "${GOVERNED_EXEC_TEST_PG_PORT:-}" ]; then
   pgdir=$(mktemp -d "${TMPDIR:-/tmp}/governed-exec-pg.XXXXXX")
   rmdir "$pgdir"
   if pgenv=$(bash scripts/pg-test-cluster.sh start "$pgdir"); then
     eval "$pgenv"
-    trap 'bash scripts/pg-test-cluster.sh stop "$pgdir"' EXIT
-    trap 'exit 143' TERM INT HUP
     echo "test.sh: PostgreSQL test cluster on 127.0.0.1:$GOVERNED_EXEC_TEST_PG_PORT" >&2
   else
+    pgdir=""
     echo "*** SKIP: no PostgreSQL test cluster could be started; the PostgreSQL ledger tests will SKIP ***" >&2
   fi
 fi

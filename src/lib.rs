@@ -103,7 +103,7 @@ pub fn cli_main() -> i32 {
             }
             let one_line = one_line_error(&e.to_string());
             if is_run {
-                return run::refuse_unparsed(one_line);
+                return run::refuse_unparsed(one_line, &e.to_string());
             }
             return usage_error(one_line);
         }
@@ -149,6 +149,7 @@ pub fn cli_main() -> i32 {
                     workspace: r.workspace,
                     receipt: r.receipt,
                     stream: r.stream,
+                    quiet: r.quiet,
                     request: r.request,
                     lease: r.lease,
                     cwd: r.cwd,
@@ -238,8 +239,8 @@ pub fn cli_main() -> i32 {
                 return usage_error(e.to_string());
             }
             match action {
-                JournalAction::List { json } => {
-                    operator::journal_list(&*l, json).map_or_else(usage_error, |_| 0)
+                JournalAction::List { json, refusals } => {
+                    operator::journal_list(&*l, json, refusals).map_or_else(usage_error, |_| 0)
                 }
                 JournalAction::Show { attempt, json } => {
                     match operator::journal_show(&*l, &attempt, json) {
@@ -258,8 +259,11 @@ pub fn cli_main() -> i32 {
                 },
             }
         }
-        Command::Doctor { json } => {
-            let r = doctor::report();
+        Command::Doctor { json, ledger } => {
+            let mut r = doctor::report();
+            if let Some(l) = &ledger {
+                r.checks.push(doctor::ledger_check(l));
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
             } else {

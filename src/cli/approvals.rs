@@ -306,6 +306,7 @@ fn entry_args(
         portable: e.portable.or(f.portable).unwrap_or(false),
         ledger,
         resolve_only: a.check,
+        ledger_owner: None,
     })
 }
 

@@ -25,6 +25,7 @@ pub struct Cli {
 pub enum Command {
     /// Write PREFIX.key (0600, PKCS#8 PEM) and PREFIX.pub, ed25519.
     Keygen {
+        /// Write PREFIX.key (private, 0600) and PREFIX.pub (public); no default.
         #[arg(long, value_name = "PREFIX")]
         out: PathBuf,
     },
@@ -34,40 +35,47 @@ pub enum Command {
     /// Run one request under a matching lease; print the signed receipt.
     Run(Box<RunCmd>),
     /// Check a receipt against a Goal's mandatory criteria.
+    #[command(after_help = VERIFY_EXAMPLES)]
     Verify {
+        /// The goal file whose criteria the receipt must meet.
         #[arg(long)]
         goal: PathBuf,
+        /// The receipt `run` wrote (a DSSE envelope).
         #[arg(long)]
         receipt: PathBuf,
+        /// The RUNNER's public key, the one that signed receipts (not the
+        /// approver's); usually STATE_DIR/runner.pub of the machine that ran.
         #[arg(long, value_name = "RUNNER.pub")]
         trust: PathBuf,
+        /// Cross-check the receipt against this state dir's journal [default: no cross-check].
         #[arg(long, conflicts_with = "ledger")]
         state_dir: Option<PathBuf>,
-        /// Cross-check the receipt against this ledger (PATH or postgres://HOST[:PORT]/DB).
+        /// Cross-check the receipt against this ledger (PATH or postgres://HOST[:PORT]/DB) [default: no cross-check].
         #[arg(long, value_name = "PATH|postgres://HOST[:PORT]/DB")]
         ledger: Option<String>,
-        /// Same as `--format json`.
+        /// Same as `--format json` [default: off].
         #[arg(long, conflicts_with = "format")]
         json: bool,
         /// text (default): the verdict, then one line per unmet criterion;
         /// json: one object; markdown: one table row per check, for a CI
-        /// job summary. The first line is always the verdict.
+        /// job summary. The first line is always the verdict [default: text].
         #[arg(long, value_enum)]
         format: Option<VerifyFormat>,
         /// Accept a receipt whose runner key was within the child's reach
-        /// (such a receipt proves nothing against the child it describes).
+        /// (such a receipt proves nothing against the child it describes) [default: off].
         #[arg(long)]
         allow_key_in_reach: bool,
         /// NOT_VERIFIED unless the receipt carries exactly this nonce (the
-        /// value given to `run --nonce`, e.g. the CI job's run id).
+        /// value given to `run --nonce`, e.g. the CI job's run id) [default: not checked].
         #[arg(long, value_name = "VALUE")]
         nonce: Option<String>,
     },
     /// Inspect the journal of attempts.
     Journal {
+        /// Where the journal, runner key and receipts live [default: $GOVERNED_EXEC_STATE_DIR, else $XDG_STATE_HOME/governed-exec, else ~/.local/state/governed-exec].
         #[arg(long, global = true, conflicts_with = "ledger")]
         state_dir: Option<PathBuf>,
-        /// Read this ledger instead of the state dir.
+        /// Read this ledger instead of the state dir [default: the state dir].
         #[arg(long, global = true, value_name = "PATH|postgres://HOST[:PORT]/DB")]
         ledger: Option<String>,
         #[command(subcommand)]
@@ -80,48 +88,103 @@ pub enum Command {
     },
     /// What run can enforce here, as this uid, and by which mechanism (or why not).
     Doctor {
+        /// One JSON object instead of text [default: off].
         #[arg(long)]
         json: bool,
+        /// Also check that this uid can use this ledger (PATH or
+        /// postgres://HOST[:PORT]/DB) as a run would [default: no ledger check].
+        #[arg(long, value_name = "PATH|postgres://HOST[:PORT]/DB")]
+        ledger: Option<String>,
     },
     /// A person classifies an attempt whose outcome is unknown.
     Resolve {
+        /// The attempt id (`journal list` shows them).
         #[arg(long)]
         attempt: String,
+        /// What the person found: the run succeeded, failed, or must stop.
         #[arg(long = "as", value_enum)]
         as_: Classification,
+        /// Who classifies (recorded in the ledger).
         #[arg(long)]
         by: String,
+        /// Free text kept with the classification [default: none].
         #[arg(long)]
         note: Option<String>,
+        /// Where the journal, runner key and receipts live [default: $GOVERNED_EXEC_STATE_DIR, else $XDG_STATE_HOME/governed-exec, else ~/.local/state/governed-exec].
         #[arg(long, conflicts_with = "ledger")]
         state_dir: Option<PathBuf>,
-        /// The ledger holding the attempt (PATH or postgres://HOST[:PORT]/DB).
+        /// The ledger holding the attempt (PATH or postgres://HOST[:PORT]/DB) [default: the state dir].
         #[arg(long, value_name = "PATH|postgres://HOST[:PORT]/DB")]
         ledger: Option<String>,
     },
     /// Revoke a lease: later runs of it are refused.
     Revoke {
+        /// The manifest holding the lease.
         #[arg(long)]
         manifest: PathBuf,
+        /// The lease id to revoke.
         #[arg(long)]
         lease: String,
+        /// Who revokes (recorded in the manifest and the ledger).
         #[arg(long)]
         by: String,
+        /// Where the journal, runner key and receipts live [default: $GOVERNED_EXEC_STATE_DIR, else $XDG_STATE_HOME/governed-exec, else ~/.local/state/governed-exec] (a lease naming its own ledger is revoked there).
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
 }
 
+const APPROVE_EXAMPLES: &str = "\
+EXAMPLES:
+  # once: an approver key (keep .key private; run --trust takes the .pub)
+  governed-exec keygen --out approver
+  # approve `cargo test -q` in this checkout, 3 uses within 1 hour; the write
+  # scope keeps the runner key out of the child's reach, so receipts verify
+  governed-exec approve --goal goal.json --workspace . --manifest manifest.json \\
+      --key approver.key --ttl 1h --uses 3 --fs-write-scope -- cargo test -q
+  # as root, for a CI runner uid: the child runs as uid 1000
+  governed-exec approve --goal goal.json --workspace . --manifest manifest.json \\
+      --key approver.key --as-user 1000:1000 --request request.json";
+
+const RUN_EXAMPLES: &str = "\
+EXAMPLES:
+  # run the approved command; the signed receipt goes to receipt.json
+  governed-exec run --goal goal.json --manifest manifest.json --trust approver.pub \\
+      --receipt receipt.json -- cargo test -q
+  # a harness: the request as JSON on stdin, the receipt on stdout
+  echo '{\"executable\":\"python3\",\"argv\":[\"-m\",\"pytest\",\"-q\"],\"cwd\":\".\",\"profile\":\"standard\"}' \\
+    | governed-exec run --goal goal.json --manifest manifest.json --trust approver.pub --request - \\
+    | jq -r .payload | base64 -d | jq .predicate.outcome
+  # --trust is the APPROVER's .pub here; verify --trust takes the RUNNER's .pub";
+
+const VERIFY_EXAMPLES: &str = "\
+EXAMPLES:
+  # --trust is the RUNNER's public key: STATE_DIR/runner.pub of the machine
+  # that ran (~/.local/state/governed-exec/runner.pub by default), or the
+  # key given to run --key; not the approver's
+  governed-exec verify --goal goal.json --receipt receipt.json \\
+      --trust ~/.local/state/governed-exec/runner.pub
+  # for a CI job summary
+  governed-exec verify --goal goal.json --receipt receipt.json --trust runner.pub \\
+      --format markdown >> \"$GITHUB_STEP_SUMMARY\"";
+
 #[derive(Debug, Subcommand)]
 pub enum JournalAction {
-    /// Every attempt with its state.
+    /// Every attempt with its state (and, with --refusals, every refused run).
     List {
+        /// One JSON document instead of a table [default: off].
         #[arg(long)]
         json: bool,
+        /// Also list runs refused before anything was spent (reason and
+        /// message) [default: off: attempts only].
+        #[arg(long)]
+        refusals: bool,
     },
     /// Every record of one attempt.
     Show {
+        /// The attempt id (`journal list` shows them).
         attempt: String,
+        /// The records as JSON instead of text [default: off].
         #[arg(long)]
         json: bool,
     },
@@ -133,6 +196,7 @@ pub enum JournalAction {
 pub enum ReceiptAction {
     /// Print the decoded in-toto statement, or a human view of it.
     Show {
+        /// The receipt file (a DSSE envelope as `run` wrote it).
         receipt: PathBuf,
         /// json: the decoded statement; text: a short terminal view;
         /// markdown: a table block for a CI job summary.
@@ -162,146 +226,287 @@ pub enum VerifyFormat {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = APPROVE_EXAMPLES)]
 pub struct ApproveCmd {
-    /// With `--file`: used when the file names no `goal`.
+    /// The goal file the lease is bound to (id, revision and digest);
+    /// required [default: with `--file`, the file's `goal`].
     #[arg(long, required_unless_present = "file")]
     pub goal: Option<PathBuf>,
-    /// With `--file`: used when the file names no `workspace`.
+    /// The workspace directory the command runs in; required [default:
+    /// with `--file`, the file's `workspace`].
     #[arg(long, required_unless_present = "file")]
     pub workspace: Option<PathBuf>,
+    /// The manifest to add the lease to (created if absent).
     #[arg(long)]
     pub manifest: PathBuf,
+    /// The approver's private key (`keygen` makes one); `run --trust` takes
+    /// its .pub; required [default: none needed with `--file --check`].
     #[arg(long, value_name = "APPROVER.key", required_unless_present = "check")]
     pub key: Option<PathBuf>,
     /// Approve every entry of a reviewed approvals file (TOML, CONTRACT
-    /// §10) in one manifest write. Per-lease flags belong in the file.
+    /// §10) in one manifest write. Per-lease flags belong in the file
+    /// [default: one lease from these flags].
     #[arg(long, value_name = "APPROVALS.toml", conflicts_with_all = [
         "profile", "cwd", "wall_time", "kill_grace", "cancel_grace", "cpu_time", "memory",
         "max_processes", "max_open_files", "max_file_size", "keep_output", "output_cap",
-        "env", "as_user", "fs_write", "fs_write_scope", "fs_read", "no_network",
-        "pid_namespace", "portable", "ledger", "request", "command", "ttl", "uses",
+        "env", "as_user", "fs_write", "fs_write_scope", "fs_read", "no_network", "allow_net",
+        "pid_namespace", "portable", "ledger", "ledger_owner", "request", "command", "ttl", "uses",
     ])]
     pub file: Option<PathBuf>,
     /// With `--file`: compare the file, resolved here, with the manifest;
-    /// no key needed, nothing written. Exit 0 agree, 1 differ, 2 bad input.
+    /// no key needed, nothing written. Exit 0 agree, 1 differ, 2 bad input
+    /// [default: off].
     #[arg(long, requires = "file", conflicts_with_all = ["key", "approver"])]
     pub check: bool,
     /// With `--file`: also revoke the live leases of the file's Goals that
-    /// no entry approves any more (listed first).
+    /// no entry approves any more (listed first) [default: off].
     #[arg(long, requires = "file", conflicts_with = "check")]
     pub prune: bool,
-    /// The `--check` report: text (default) or markdown for a CI job summary.
+    /// The `--check` report: text or markdown for a CI job summary
+    /// [default: text].
     #[arg(long, value_enum, requires = "check")]
     pub format: Option<CheckFormat>,
+    /// How long the lease stays valid.
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub ttl: Duration,
+    /// How many runs the lease allows.
     #[arg(long, default_value_t = 1)]
     pub uses: u64,
+    /// The approver's name in the lease [default: $USER, else "uid N"].
     #[arg(long)]
     pub approver: Option<String>,
+    /// The tier of limits; the limit flags list each tier's default as short, standard, long [default: standard, or the request file's].
     #[arg(long, value_enum)]
     pub profile: Option<Profile>,
+    /// The working directory, relative to the workspace [default: .].
     #[arg(long, value_name = "REL")]
     pub cwd: Option<String>,
+    /// Wall time before TERM, grace, KILL [default: the profile's: 1m, 10m, 2h].
     #[arg(long, value_parser = parse_duration)]
     pub wall_time: Option<Duration>,
+    /// Time between TERM and KILL at the wall time [default: the profile's: 2s, 5s, 10s].
     #[arg(long, value_parser = parse_duration)]
     pub kill_grace: Option<Duration>,
     /// After governed-exec is sent SIGTERM/SIGINT/SIGHUP: how long the
-    /// forwarded signal has before SIGKILL (default 2s in every tier).
+    /// forwarded signal has before SIGKILL [default: 2s in every tier].
     #[arg(long, value_parser = parse_duration)]
     pub cancel_grace: Option<Duration>,
+    /// CPU time limit (RLIMIT_CPU) [default: the profile's: 1m, 20m, 4h].
     #[arg(long, value_parser = parse_duration)]
     pub cpu_time: Option<Duration>,
+    /// Memory limit [default: the profile's: 2GiB, 8GiB, 16GiB].
     #[arg(long, value_parser = parse_size)]
     pub memory: Option<u64>,
     /// A number, or `unlimited` to waive the process limit explicitly
-    /// (shown in the summary and the receipt).
+    /// (shown in the summary and the receipt) [default: the profile's: 256, 1024, 4096].
     #[arg(long, value_parser = parse_max_processes, value_name = "N|unlimited")]
     pub max_processes: Option<MaxProcesses>,
+    /// Open file limit (RLIMIT_NOFILE) [default: the profile's: 1024, 4096, 16384].
     #[arg(long)]
     pub max_open_files: Option<u64>,
+    /// Largest file the child may write (RLIMIT_FSIZE) [default: the profile's: 256MiB, 4GiB, 16GiB].
     #[arg(long, value_parser = parse_size)]
     pub max_file_size: Option<u64>,
-    /// Kept bytes per stream, head and tail together (half each).
+    /// Kept bytes per stream, head and tail together (half each) [default: the profile's: 16KiB, 64KiB, 256KiB].
     #[arg(long, value_parser = parse_size)]
     pub keep_output: Option<u64>,
-    /// Hard cap on total output; passing it kills the run.
+    /// Hard cap on total output; passing it kills the run [default: the profile's: 16MiB, 256MiB, 1GiB].
     #[arg(long, value_parser = parse_size)]
     pub output_cap: Option<u64>,
-    /// A fixed child environment value (repeatable).
+    /// A fixed child environment value (repeatable) [default: only the clean environment].
     #[arg(long = "env", value_name = "KEY=VALUE")]
     pub env: Vec<String>,
+    /// Run the child as this uid (and gid), capabilities dropped; needs root.
+    /// Puts the runner key out of the child's reach [default: the caller's uid].
     #[arg(long, value_name = "UID[:GID]")]
     pub as_user: Option<String>,
-    /// Turn the Landlock write scope on; also writable (repeatable).
+    /// Turn the Landlock write scope on; also writable (repeatable) [default: no write scope].
     #[arg(long, value_name = "PATH")]
     pub fs_write: Vec<PathBuf>,
-    /// Turn the Landlock write scope on with only the workspace, HOME and TMPDIR writable.
+    /// Turn the Landlock write scope on with only the workspace, HOME and
+    /// TMPDIR writable; puts the runner key and state dir out of the child's
+    /// reach [default: off: the child writes whatever its uid can].
     #[arg(long)]
     pub fs_write_scope: bool,
     /// Narrow reads and execution to these paths (repeatable) plus the
     /// writable ones; turns the Landlock scope on. List system directories
-    /// (e.g. /usr, /lib, /etc) the program needs.
+    /// (e.g. /usr, /lib, /etc) the program needs [default: reads everywhere].
     #[arg(long, value_name = "PATH")]
     pub fs_read: Vec<PathBuf>,
+    /// A fresh network namespace holding only loopback [default: off].
     #[arg(long)]
     pub no_network: bool,
     /// Let the child reach exactly this HOST[:PORT] (port 443 by default)
     /// through governed-exec's HTTP proxy, and nothing else (repeatable;
-    /// exact names or IP literals, no wildcards).
+    /// exact names or IP literals, no wildcards) [default: none].
     #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "no_network")]
     pub allow_net: Vec<String>,
+    /// The child is PID 1 of its own PID namespace [default: off].
     #[arg(long)]
     pub pid_namespace: bool,
     /// Refuse executables larger than this (they are hashed whole).
     #[arg(long, default_value = "512MiB", value_parser = parse_size)]
     pub max_executable_size: u64,
-    /// Bind by content (executable path, mode, SHA-256), not this machine's inodes.
+    /// Bind by content (executable path, mode, SHA-256), not this machine's
+    /// inodes, for CI runners and images [default: off: bound to this machine].
     #[arg(long)]
     pub portable: bool,
-    /// Where the lease's uses are counted: a directory or postgres://HOST[:PORT]/DB.
+    /// Where the lease's uses are counted: a directory or postgres://HOST[:PORT]/DB
+    /// [default: the runner's state dir, counted per state dir].
     #[arg(long, value_name = "PATH|postgres://HOST[:PORT]/DB")]
     pub ledger: Option<String>,
+    /// Give a --ledger DIR (and its journal/) to the uid (and gid) that will
+    /// run the lease, e.g. a CI runner's; needs root [default: the ledger
+    /// stays the approver's, 0700, usable by that uid and root only].
+    #[arg(long, value_name = "UID[:GID]", requires = "ledger")]
+    pub ledger_owner: Option<String>,
+    /// The request as a JSON file (executable, argv, cwd, profile) [default: the `-- CMD` after the flags].
     #[arg(long, value_name = "REQUEST.json")]
     pub request: Option<String>,
+    /// The command to approve, after `--`: no shell, every element literal.
     #[arg(last = true, value_name = "EXECUTABLE [ARG...]")]
     pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = RUN_EXAMPLES)]
 pub struct RunCmd {
+    /// The goal file the lease was approved for.
     #[arg(long)]
     pub goal: PathBuf,
+    /// The manifest holding the approved leases.
     #[arg(long)]
     pub manifest: PathBuf,
+    /// The APPROVER's public key, the .pub of `approve --key` (not the runner key).
     #[arg(long, value_name = "APPROVER.pub")]
     pub trust: PathBuf,
+    /// The runner's signing key [default: STATE_DIR/runner.key, created on first use].
     #[arg(long, value_name = "RUNNER.key")]
     pub key: Option<PathBuf>,
+    /// Where the journal, runner key and receipts live [default: $GOVERNED_EXEC_STATE_DIR, else $XDG_STATE_HOME/governed-exec, else ~/.local/state/governed-exec].
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
-    /// Where a portable lease runs (default: the current directory).
+    /// Where a portable lease runs [default: the current directory].
     #[arg(long)]
     pub workspace: Option<PathBuf>,
+    /// Write the receipt to this file instead of stdout [default: stdout].
     #[arg(long)]
     pub receipt: Option<PathBuf>,
-    /// Mirror the child's stdout and stderr live to stderr.
+    /// Mirror the child's stdout and stderr live to stderr [default: off].
     #[arg(long)]
     pub stream: bool,
+    /// No closing line on stderr (outcome, exit code, duration, receipt) [default: off].
+    #[arg(long)]
+    pub quiet: bool,
+    /// The request as a JSON file, or `-` for stdin [default: the `-- CMD` after the flags].
     #[arg(long, value_name = "REQUEST.json|-")]
     pub request: Option<String>,
+    /// Run the request of this lease id.
     #[arg(long, value_name = "ID")]
     pub lease: Option<String>,
+    /// The working directory of `-- CMD`, relative to the workspace [default: .].
     #[arg(long, value_name = "REL")]
     pub cwd: Option<String>,
+    /// The profile of `-- CMD` [default: the matching lease's].
     #[arg(long, value_enum)]
     pub profile: Option<Profile>,
     /// Bind the receipt to this run: recorded as `predicate.nonce` (in a
     /// refusal too); `verify --nonce` checks it. At most 256 bytes, no
-    /// control characters.
+    /// control characters [default: none].
     #[arg(long, value_name = "VALUE")]
     pub nonce: Option<String>,
+    /// The command to run, after `--`: it must equal an approved request element by element.
     #[arg(last = true, value_name = "EXECUTABLE [ARG...]")]
     pub command: Vec<OsString>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument of every subcommand, as `path --flag`, that `--help`
+    /// would show without a description.
+    fn undocumented(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for a in cmd.get_arguments() {
+            let id = a.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            let blank = a
+                .get_help()
+                .map(|h| h.to_string().trim().is_empty())
+                .unwrap_or(true);
+            if blank {
+                out.push(format!("{path} {id}"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            if sub.get_about().is_none() && sub.get_name() != "help" {
+                out.push(format!("{path} {} (no about)", sub.get_name()));
+            }
+            undocumented(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_argument_of_every_subcommand_has_a_description() {
+        let mut missing = Vec::new();
+        undocumented(&Cli::command(), "governed-exec", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:#?}");
+    }
+
+    #[test]
+    fn every_optional_flag_states_its_default_or_has_none() {
+        // An optional flag's help names its default (`[default: …]`, from
+        // clap or written out), or it is a required value / positional.
+        let mut silent = Vec::new();
+        fn walk(cmd: &clap::Command, path: &str, silent: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if id == "help" || id == "version" || a.is_required_set() || a.is_positional() {
+                    continue;
+                }
+                let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+                let long = a.get_long_help().map(|h| h.to_string()).unwrap_or_default();
+                let has_default = !a.get_default_values().is_empty()
+                    || help.contains("default")
+                    || long.contains("default");
+                // Conflict-only selectors (run --lease) have no default to state.
+                if !has_default && !matches!(id, "lease") {
+                    silent.push(format!("{path} --{id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), silent);
+            }
+        }
+        walk(&Cli::command(), "governed-exec", &mut silent);
+        assert!(
+            silent.is_empty(),
+            "optional flags that do not state their default: {silent:#?}"
+        );
+    }
+
+    #[test]
+    fn approve_run_and_verify_carry_examples() {
+        let cli = Cli::command();
+        for name in ["approve", "run", "verify"] {
+            let sub = cli.find_subcommand(name).unwrap();
+            let after = sub
+                .get_after_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            assert!(
+                after.starts_with("EXAMPLES:") && after.contains(&format!("governed-exec {name}")),
+                "{name} has no EXAMPLES block naming itself: {after:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

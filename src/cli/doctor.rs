@@ -438,3 +438,78 @@ pub fn render_text(r: &Report) -> String {
     out.push_str("    any       max_processes unlimited waived: the approver's explicit waiver, shown in the summary and the receipt\n");
     out
 }
+
+/// `doctor --ledger L`: whether this uid can use the ledger a lease would
+/// name: for a directory, that it was made by `approve` (its `journal/`),
+/// who owns it with what mode, and that this uid can enter, create and
+/// lock files in it and read every journal; for PostgreSQL, that a
+/// connection with the libpq environment succeeds and the schema is one
+/// this release reads. Nothing is written.
+pub fn ledger_check(l: &str) -> Check {
+    check("ledger", ledger_usable(l))
+}
+
+fn ledger_usable(l: &str) -> Result<(String, String), String> {
+    use crate::ledger::LedgerSpec;
+    use nix::unistd::{faccessat, AccessFlags};
+    use std::os::unix::fs::MetadataExt;
+    let spec = LedgerSpec::parse(l)?;
+    let euid = nix::unistd::geteuid().as_raw();
+    let led = spec.open();
+    match &spec {
+        LedgerSpec::Path(dir) => {
+            let mut owners = Vec::new();
+            for d in [dir.clone(), dir.join("journal")] {
+                let m = std::fs::metadata(&d).map_err(|e| {
+                    format!(
+                        "{}: {e}{}",
+                        d.display(),
+                        crate::os::safe_io::permission_hint(&d, &e)
+                    )
+                })?;
+                if !m.is_dir() {
+                    return Err(format!("{} is not a directory", d.display()));
+                }
+                let need = AccessFlags::X_OK | AccessFlags::W_OK | AccessFlags::R_OK;
+                if faccessat(None, &d, need, nix::fcntl::AtFlags::AT_EACCESS).is_err() {
+                    let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+                    return Err(format!(
+                        "uid {euid} cannot use {}{}",
+                        d.display(),
+                        crate::os::safe_io::permission_hint(&d, &denied)
+                    ));
+                }
+                owners.push(format!(
+                    "{} uid {} gid {} mode {:04o}",
+                    d.display(),
+                    m.uid(),
+                    m.gid(),
+                    m.mode() & 0o7777
+                ));
+            }
+            let chains = led.chains().map_err(|e| e.to_string())?;
+            if let Some((p, Err(e))) = chains.iter().find(|(_, r)| r.is_err()) {
+                return Err(format!("{p}: {e}"));
+            }
+            Ok((
+                "directory".into(),
+                format!(
+                    "uid {euid} can enter, create and lock files in it and read its {} journal(s): {}",
+                    chains.len(),
+                    owners.join("; ")
+                ),
+            ))
+        }
+        LedgerSpec::Postgres(_) => {
+            let chains = led.chains().map_err(|e| e.to_string())?;
+            Ok((
+                "postgres".into(),
+                format!(
+                    "{}: connected with the libpq environment as uid {euid}'s user, schema read, {} goal chain(s)",
+                    led.name(),
+                    chains.len()
+                ),
+            ))
+        }
+    }
+}

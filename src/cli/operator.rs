@@ -53,13 +53,61 @@ pub fn receipt_show(path: &Path, format: ReceiptFormat) -> Result<(), String> {
     Ok(())
 }
 
-pub fn journal_list(l: &dyn Ledger, json: bool) -> Result<(), String> {
+/// One refused run, as `journal list --refusals` shows it.
+#[derive(serde::Serialize)]
+pub struct RefusalRow {
+    /// The ledger's label of the Goal's chain (a journal file, or a goal id).
+    pub chain: String,
+    pub at: String,
+    pub lease_id: Option<String>,
+    pub reason: crate::model::Reason,
+    pub message: String,
+}
+
+/// Every refusal record of every Goal, oldest first within a Goal.
+fn refusals(l: &dyn Ledger) -> Result<Vec<RefusalRow>, String> {
+    let mut rows = Vec::new();
+    for (label, chain) in l.chains().map_err(|e| e.to_string())? {
+        for e in chain? {
+            if let Event::Refusal {
+                lease_id,
+                reason,
+                message,
+            } = e.record.event
+            {
+                rows.push(RefusalRow {
+                    chain: label.clone(),
+                    at: e.record.at,
+                    lease_id,
+                    reason,
+                    message,
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The attempts as a table (or JSON); with `with_refusals`, the runs
+/// refused before anything was spent as well: a second table, or a JSON
+/// object `{ "attempts": [...], "refusals": [...] }` instead of the array.
+pub fn journal_list(l: &dyn Ledger, json: bool, with_refusals: bool) -> Result<(), String> {
     let entries = ledger::all_entries(l).map_err(|e| e.to_string())?;
     let attempts = ledger::attempts(l, &entries);
+    let refused = if with_refusals {
+        refusals(l)?
+    } else {
+        Vec::new()
+    };
     if json {
+        let doc = if with_refusals {
+            serde_json::json!({ "attempts": attempts, "refusals": refused })
+        } else {
+            serde_json::to_value(&attempts).map_err(|e| e.to_string())?
+        };
         crate::outln!(
             "{}",
-            serde_json::to_string_pretty(&attempts).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
         )?;
         return Ok(());
     }
@@ -99,6 +147,38 @@ pub fn journal_list(l: &dyn Ledger, json: bool) -> Result<(), String> {
             a.started_at
         );
         crate::outln!("{}", escape::visible(&line))?;
+    }
+    if with_refusals {
+        crate::outln!("")?;
+        crate::outln!(
+            "{:<26} {:<28} {:<28} MESSAGE",
+            "REFUSED AT",
+            "LEASE",
+            "REASON"
+        )?;
+        for r in &refused {
+            // The message is the whole refusal line `run` printed: kept
+            // whole (no column cut), hidden characters escaped.
+            let line = format!(
+                "{:<26} {:<28} {:<28} {}",
+                r.at,
+                r.lease_id.as_deref().unwrap_or("-"),
+                r.reason.to_string(),
+                r.message
+            );
+            crate::outln!("{}", escape::visible(&line))?;
+        }
+    } else {
+        let n = entries
+            .iter()
+            .filter(|e| matches!(e.record.event, Event::Refusal { .. }))
+            .count();
+        if n > 0 {
+            // On stderr: the table on stdout stays the same for scripts.
+            eprintln!(
+                "governed-exec: {n} refused run(s) are not listed; `journal list --refusals` shows them"
+            );
+        }
     }
     Ok(())
 }

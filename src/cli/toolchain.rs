@@ -18,6 +18,16 @@
 //! Either way the lease pins the launcher's bytes, not the program it
 //! dispatches to (the toolchain under `RUSTUP_HOME`, the venv's
 //! site-packages): the warning says so.
+//!
+//! - a **rustup toolchain's own binary** (`RUSTUP_HOME/toolchains/NAME/bin/
+//!   cargo`, the path `rustup which cargo` prints): pinned, but that cargo
+//!   runs `rustc` and its subcommands by PATH, and a rustup proxy found
+//!   there picks a toolchain by itself (a `rust-toolchain.toml`, the
+//!   default) and may install or update one, as the clean environment has
+//!   no `RUSTUP_AUTO_INSTALL=0`. The summary asks for the toolchain's `bin`
+//!   first in PATH and `RUSTUP_TOOLCHAIN=NAME`, `RUSTUP_AUTO_INSTALL=0`,
+//!   and says that only a write scope that leaves `RUSTUP_HOME` read-only
+//!   guarantees no run changes the toolchain.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -51,6 +61,22 @@ pub fn is_rustup(canonical: &Path, found: &Path) -> bool {
         p.parent()
             .and_then(|d| std::fs::metadata(d.join("rustup")).ok())
             .is_some_and(|r| r.dev() == me.dev() && r.ino() == me.ino())
+    })
+}
+
+/// `(NAME, RUSTUP_HOME/toolchains/NAME/bin)` when `p` is a binary of a
+/// rustup toolchain (`…/toolchains/NAME/bin/FILE`).
+pub fn toolchain_of(p: &Path) -> Option<(String, PathBuf)> {
+    let bin = p.parent()?;
+    let tc = bin.parent()?;
+    let toolchains = tc.parent()?;
+    (bin.file_name()? == "bin" && toolchains.file_name()? == "toolchains").then(|| {
+        (
+            tc.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            bin.to_path_buf(),
+        )
     })
 }
 
@@ -107,7 +133,7 @@ pub fn warnings(b: &LeaseBody) -> Vec<String> {
                 need.push(format!("--env {var}={}", quote(&home_default(var, dot))));
             }
         }
-        let pinned = "the lease pins rustup's bytes, not the toolchain it runs (pin that by approving the path `rustup which` prints)";
+        let pinned = "the lease pins rustup's bytes, not the toolchain it runs (pin that by approving the path `rustup which cargo` prints, with that toolchain's bin first in PATH and RUSTUP_TOOLCHAIN set: README, Toolchains)";
         if need.is_empty() {
             out.push(format!("{} is a rustup proxy; {pinned}", e.requested));
         } else {
@@ -115,6 +141,39 @@ pub fn warnings(b: &LeaseBody) -> Vec<String> {
                 "{} is a rustup proxy: the child's private HOME has no ~/.rustup or ~/.cargo, so it needs {}; {pinned}",
                 e.requested,
                 need.join(" ")
+            ));
+        }
+    }
+    if let Some((name, bin)) = toolchain_of(&canonical) {
+        let mut need = Vec::new();
+        if b.env.path.split(':').next().map(Path::new) != Some(bin.as_path()) {
+            need.push(format!(
+                "--env PATH={}:{}",
+                quote(&bin.display().to_string()),
+                b.env
+                    .path
+                    .split(':')
+                    .filter(|d| Path::new(d) != bin.as_path())
+                    .collect::<Vec<_>>()
+                    .join(":")
+            ));
+        }
+        if fixed.get("RUSTUP_TOOLCHAIN").map(String::as_str) != Some(name.as_str()) {
+            need.push(format!("--env RUSTUP_TOOLCHAIN={}", quote(&name)));
+        }
+        if fixed.get("RUSTUP_AUTO_INSTALL").map(String::as_str) != Some("0") {
+            need.push("--env RUSTUP_AUTO_INSTALL=0".into());
+        }
+        let scope = if b.isolation.fs_write.is_some() {
+            String::new()
+        } else {
+            "; and only a write scope (--fs-write-scope, --fs-write for cargo's home) keeps the toolchain itself read-only to the run".into()
+        };
+        if !need.is_empty() || !scope.is_empty() {
+            out.push(format!(
+                "{} is toolchain {name}'s own binary, pinned; but it runs rustc and its subcommands by PATH, where a rustup proxy would pick, install or update a toolchain by itself: pin the whole toolchain with {}{scope}",
+                e.requested,
+                if need.is_empty() { "what the lease has".to_string() } else { need.join(" ") }
             ));
         }
     }

@@ -14,11 +14,13 @@ use crate::os::safe_io;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("cannot read key file {path}: {source}")]
+    /// `hint`: for a permission error, who owns what and the fix.
+    #[error("cannot read key file {path}: {source}{hint}")]
     Read {
         path: String,
         #[source]
         source: std::io::Error,
+        hint: String,
     },
     #[error("key file {path} is not a PEM ed25519 {kind} key: {detail}")]
     Format {
@@ -26,11 +28,12 @@ pub enum KeyError {
         kind: &'static str,
         detail: String,
     },
-    #[error("cannot write key file {path}: {source}")]
+    #[error("cannot write key file {path}: {source}{hint}")]
     Write {
         path: String,
         #[source]
         source: std::io::Error,
+        hint: String,
     },
     #[error("cannot generate a key: no system randomness: {0}")]
     Random(String),
@@ -61,11 +64,13 @@ fn read_pem(path: &Path) -> Result<String, KeyError> {
     let bytes =
         crate::os::safe_io::read_bounded(path, MAX_KEY_BYTES).map_err(|source| KeyError::Read {
             path: path.display().to_string(),
+            hint: crate::os::safe_io::permission_hint(path, &source),
             source,
         })?;
     String::from_utf8(bytes).map_err(|e| KeyError::Read {
         path: path.display().to_string(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        hint: String::new(),
     })
 }
 
@@ -115,12 +120,18 @@ pub fn generate() -> Result<SigningKey, KeyError> {
 /// Refuses to overwrite an existing key.
 pub fn write_keypair(key: &SigningKey, key_path: &Path, pub_path: &Path) -> Result<(), KeyError> {
     let werr = |path: &Path| {
-        let path = path.display().to_string();
-        move |source| KeyError::Write { path, source }
+        let shown = path.display().to_string();
+        let path = path.to_path_buf();
+        move |source: std::io::Error| KeyError::Write {
+            path: shown,
+            hint: crate::os::safe_io::permission_hint(&path, &source),
+            source,
+        }
     };
     let fmt_err = |e: String| KeyError::Write {
         path: key_path.display().to_string(),
         source: std::io::Error::other(e),
+        hint: String::new(),
     };
     // PKCS#8 v1 (RFC 5208) without the optional public key: the exact form
     // `openssl genpkey -algorithm ed25519` writes, which OpenSSL 3.0 and

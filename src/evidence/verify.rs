@@ -51,6 +51,13 @@ fn not_verified(reason: String) -> Verdict {
     }
 }
 
+/// The fix for a runner key in the child's reach, named first in the
+/// verdict line: the flags that put the key out of reach next time.
+pub const KEY_FIX: &str = "re-approve the lease with --fs-write-scope (Landlock keeps the key from a child of the runner's uid) or, as root, --as-user UID (the child runs as another uid)";
+
+/// The fix for a cleanup witness the child could evade.
+pub const CLEANUP_FIX: &str = "re-approve the lease with --as-user UID or --fs-write-scope, so the child holds no capability to hide from cleanup";
+
 /// Usage errors (unreadable goal, trust key or receipt file) are `Err`;
 /// everything about the receipt's content is a verdict.
 pub fn verify(
@@ -198,7 +205,10 @@ fn authenticate(
                 parse_json(labels.1, &payload).map_err(Unauthentic::UnreadableStatement)?;
             Ok((stmt, payload))
         }
-        Err(e) => Err(Unauthentic::Fails(format!("authentic: {e}"))),
+        Err(e) => Err(Unauthentic::Fails(format!(
+            "authentic: {e}; {}",
+            signer_hint(&env, trust)
+        ))),
     };
     if env.payload_type != DSSE_PAYLOAD_TYPE {
         return Err(Unauthentic::Fails(format!(
@@ -207,6 +217,30 @@ fn authenticate(
         )));
     }
     signed
+}
+
+/// Which key signed an envelope (its key ids) and which one `--trust`
+/// gave, and where the runner key usually is: `verify --trust` takes the
+/// runner's public key, not the approver's that `run --trust` takes.
+fn signer_hint(env: &crate::model::Envelope, trust: &ed25519_dalek::VerifyingKey) -> String {
+    let given = sign::keyid(trust);
+    let signers: Vec<&str> = env
+        .signatures
+        .iter()
+        .map(|s| s.keyid.as_str())
+        .filter(|k| !k.is_empty())
+        .collect();
+    let signed = if signers.is_empty() {
+        "the envelope names no key id".to_string()
+    } else {
+        format!("signed by key id {}", signers.join(", "))
+    };
+    format!(
+        "{signed}; --trust gave key id {given}; verify --trust takes the RUNNER's public key: STATE_DIR/runner.pub of the machine that ran (by default {}), or the .pub beside `run --key`, not the approver's key that `run --trust` takes",
+        crate::ledger::journal::default_state_dir()
+            .join("runner.pub")
+            .display()
+    )
 }
 
 fn judge(
@@ -238,12 +272,12 @@ fn judge_authentic(
     // it proves nothing against the child it describes (CONTRACT §2).
     match &p.signing {
         Some(s) if !s.key_out_of_child_reach => unmet.push(format!(
-            "signing_key_in_child_reach: the runner key was within the child's reach ({}); pass --allow-key-in-reach to accept it anyway",
+            "signing_key_in_child_reach: {KEY_FIX}; this run's runner key was within the child's reach ({}); --allow-key-in-reach accepts the receipt anyway, proving nothing against the child",
             s.why
         )),
-        None if p.attempt_id.is_some() => unmet.push(
-            "signing_key_in_child_reach: the receipt does not say whether the runner key was out of the child's reach; pass --allow-key-in-reach to accept it anyway".into(),
-        ),
+        None if p.attempt_id.is_some() => unmet.push(format!(
+            "signing_key_in_child_reach: {KEY_FIX}; the receipt does not say whether the runner key was out of the child's reach; --allow-key-in-reach accepts it anyway"
+        )),
         _ => {}
     }
     if stmt.type_ != STATEMENT_TYPE
@@ -326,12 +360,27 @@ fn judge_authentic(
                 }
             }
             Criterion::NoLeftoverProcesses {} => {
-                if p.cleanup.state != CleanupState::Gone || p.cleanup.leftover_processes_killed > 0
-                {
-                    unmet.push(format!("no_leftover_processes: {} process(es) outlived the main process (cleanup {:?})", p.cleanup.leftover_processes_killed, p.cleanup.state));
-                } else if p.cleanup.evadable {
+                // One line per cause: processes that outlived the main
+                // process, a cleanup not observed complete, an evadable
+                // witness.
+                let mut failed = false;
+                if p.cleanup.leftover_processes_killed > 0 {
+                    failed = true;
                     unmet.push(format!(
-                        "no_leftover_processes: the cleanup witness ({}) was evadable by the child, so `gone` is not proof: {}",
+                        "no_leftover_processes: {} process(es) outlived the main process (governed-exec killed them)",
+                        p.cleanup.leftover_processes_killed
+                    ));
+                }
+                if p.cleanup.state != CleanupState::Gone {
+                    failed = true;
+                    unmet.push(format!(
+                        "no_leftover_processes: cleanup is {}, not gone: not every process of the run was observed gone",
+                        p.cleanup.state
+                    ));
+                }
+                if !failed && p.cleanup.evadable {
+                    unmet.push(format!(
+                        "no_leftover_processes: {CLEANUP_FIX}; this run's cleanup witness ({}) was evadable by the child, so `gone` is not proof: {}",
                         if p.cleanup.witness.is_empty() {
                             "unrecorded".to_string()
                         } else {

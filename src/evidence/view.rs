@@ -206,7 +206,7 @@ fn identity_rows(p: &Value, rows: &mut Vec<Row>) {
             format!(
                 "[{}] profile {}",
                 words.join(", "),
-                s(r, "profile").map_or("?".into(), visible)
+                s(r, "profile").map_or("not given".into(), visible)
             ),
         ));
     }
@@ -656,22 +656,23 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
-/// Cut one line to `width` characters, marking the cut.
-fn clip(line: &str, width: usize) -> String {
-    if columns(line) <= width {
-        return line.to_string();
-    }
-    let mut out = String::new();
+/// One line of a stream split into pieces of at most `width` columns, every
+/// character kept: the end of a failing step's error message is often its
+/// most useful part, so a tail line is wrapped, never cut.
+fn hard_wrap(line: &str, width: usize) -> Vec<String> {
+    let mut out = vec![String::new()];
     let mut used = 0;
     for c in line.chars() {
         let w = char_columns(c);
-        if used + w > width.saturating_sub(1) {
-            break;
+        if used + w > width.max(2) && used > 0 {
+            out.push(String::new());
+            used = 0;
         }
         used += w;
-        out.push(c);
+        if let Some(last) = out.last_mut() {
+            last.push(c);
+        }
     }
-    out.push('…');
     out
 }
 
@@ -684,10 +685,11 @@ pub fn receipt_text(statement: &Value) -> String {
     let mut out = String::from("governed-exec receipt\n");
     for r in rows_of(p) {
         let mut first = true;
-        for line in wrap(&r.value, WIDTH - LABEL - 2) {
+        // A label as long as the column still gets a space after it, and
+        // the value wraps in what is left of the line.
+        let w = LABEL.max(columns(&r.label) + 1);
+        for line in wrap(&r.value, WIDTH.saturating_sub(w + 2)) {
             let label = if first { r.label.as_str() } else { "" };
-            // A label as long as the column still gets a space after it.
-            let w = LABEL.max(columns(&r.label) + 1);
             out.push_str(&format!("  {label:<w$}{line}\n"));
             first = false;
         }
@@ -696,8 +698,12 @@ pub fn receipt_text(statement: &Value) -> String {
         let st = &p["streams"][name];
         let lines = tail_lines(st);
         out.push_str(&format!("  {}\n", stream_header(name, st, lines.len())));
+        // A line longer than the view continues on `+` lines.
         for l in lines {
-            out.push_str(&format!("    | {}\n", clip(&l, WIDTH - 6)));
+            for (i, piece) in hard_wrap(&l, WIDTH - 6).iter().enumerate() {
+                let bar = if i == 0 { '|' } else { '+' };
+                out.push_str(&format!("    {bar} {piece}\n"));
+            }
         }
     }
     out.push_str(&format!("  ({UNCHECKED})\n"));
@@ -915,12 +921,14 @@ mod tests {
     }
 
     #[test]
-    fn clip_counts_columns_not_chars() {
+    fn hard_wrap_counts_columns_and_keeps_every_character() {
         let wide = "日".repeat(80);
-        let c = clip(&wide, 20);
-        assert!(columns(&c) <= 20, "{c}");
-        assert!(c.ends_with('…'));
-        assert_eq!(clip("short", 20), "short");
+        let pieces = hard_wrap(&wide, 20);
+        assert_eq!(pieces.len(), 8, "{pieces:?}");
+        assert!(pieces.iter().all(|p| columns(p) <= 20), "{pieces:?}");
+        assert_eq!(pieces.concat(), wide);
+        assert_eq!(hard_wrap("short", 20), vec!["short".to_string()]);
+        assert_eq!(hard_wrap("", 20), vec![String::new()]);
     }
 
     #[test]
@@ -952,5 +960,18 @@ mod tests {
         );
         assert_eq!(rows[0].met, Some(false));
         assert!(rows[1..].iter().all(|r| r.met.is_none()));
+    }
+
+    #[test]
+    fn a_label_wider_than_the_column_still_fits_the_width() {
+        let stmt = serde_json::json!({ "predicate": {
+            "outcome": { "class": "exited", "exit_code": 0 },
+            "process_limit": { "detail": "word ".repeat(60) },
+        }});
+        let text = receipt_text(&stmt);
+        for l in text.lines() {
+            assert!(columns(l) <= WIDTH, "{l:?}");
+        }
+        assert!(text.contains("process_limit"), "{text}");
     }
 }

@@ -203,13 +203,26 @@ pub fn prepare<'m>(
             ));
         }
         let what = match selection {
-            Selection::Request { request: r, .. } => format!(
-                "no lease in the manifest approves exactly this request (executable {:?}, {} argv elements, cwd {:?}, profile {})",
-                r.executable,
-                r.argv.len(),
-                r.cwd,
-                r.profile
-            ),
+            Selection::Request {
+                request: r,
+                profile_given,
+            } => {
+                let mut m = format!(
+                    "no lease in the manifest approves exactly this request (executable {:?}, {} argv elements, cwd {:?}, profile {})",
+                    r.executable,
+                    r.argv.len(),
+                    r.cwd,
+                    r.profile
+                );
+                match closest(manifest, &goal.goal.id, r, *profile_given) {
+                    Some((lease, diff)) => m.push_str(&format!(
+                        "; the closest is lease {} (goal {:?}), which differs at {diff}",
+                        lease.body.lease_id, lease.body.goal.id
+                    )),
+                    None => m.push_str("; the manifest holds no lease"),
+                }
+                m
+            }
             Selection::LeaseId(id) => format!("no lease with id {id:?} in the manifest"),
         };
         return Err(Refusal::new(Reason::NoMatchingLease, what));
@@ -225,6 +238,118 @@ pub fn prepare<'m>(
         })
         .collect();
     Ok(Prepared { candidates })
+}
+
+/// Why a lease's signature does not hold, naming the key that signed it
+/// and the key `--trust` gave: the two keys of governed-exec are easy to
+/// swap (`run --trust` takes the approver's public key, `verify --trust`
+/// the runner's).
+pub fn signature_failure(lease: &Lease, trust: &VerifyingKey) -> String {
+    let given = crate::evidence::sign::keyid(trust);
+    let id = &lease.body.lease_id;
+    if lease.keyid != given {
+        format!(
+            "lease {id} was signed by approver key id {}, but --trust gave key id {given}: run --trust takes the approver's public key (the .pub beside the key `approve --key` used), not the runner key (STATE_DIR/runner.pub, which verify --trust takes)",
+            lease.keyid
+        )
+    } else {
+        format!(
+            "lease {id}: its content does not match its fingerprint, or its signature does not verify under the trusted approver key id {given} (the lease was changed after approval: re-approve it)"
+        )
+    }
+}
+
+/// The first element in which an approved request differs from the one
+/// asked for, as `argv[2]: approved "-q", requested "--verbose"`; `None`
+/// when they are equal (the profile counts only when it was asked for).
+pub fn first_difference(
+    approved: &Request,
+    requested: &Request,
+    profile_given: bool,
+) -> Option<String> {
+    if approved.executable != requested.executable {
+        return Some(format!(
+            "executable: approved {:?}, requested {:?}",
+            approved.executable, requested.executable
+        ));
+    }
+    let n = approved.argv.len().max(requested.argv.len());
+    for i in 0..n {
+        match (approved.argv.get(i), requested.argv.get(i)) {
+            (Some(a), Some(r)) if a == r => {}
+            (Some(a), Some(r)) => {
+                return Some(format!("argv[{i}]: approved {a:?}, requested {r:?}"))
+            }
+            (Some(a), None) => {
+                return Some(format!(
+                    "argv[{i}]: approved {a:?}, requested nothing ({} argv elements approved, {} requested)",
+                    approved.argv.len(),
+                    requested.argv.len()
+                ))
+            }
+            (None, Some(r)) => {
+                return Some(format!(
+                    "argv[{i}]: approved nothing, requested {r:?} ({} argv elements approved, {} requested)",
+                    approved.argv.len(),
+                    requested.argv.len()
+                ))
+            }
+            (None, None) => {}
+        }
+    }
+    if approved.cwd != requested.cwd {
+        return Some(format!(
+            "cwd: approved {:?}, requested {:?}",
+            approved.cwd, requested.cwd
+        ));
+    }
+    if profile_given && approved.profile != requested.profile {
+        return Some(format!(
+            "profile: approved {}, requested {}",
+            approved.profile, requested.profile
+        ));
+    }
+    None
+}
+
+/// The lease of the manifest nearest to a request no lease matches, and
+/// where it first differs. Nearest: of this Goal rather than another, the
+/// same executable, the longest equal argv prefix, the same argv length,
+/// the same cwd, not superseded; a tie goes to the lease approved last.
+fn closest<'m>(
+    manifest: &'m Manifest,
+    goal_id: &str,
+    request: &Request,
+    profile_given: bool,
+) -> Option<(&'m Lease, String)> {
+    let score = |l: &Lease| {
+        let a = &l.body.request;
+        let prefix = a
+            .argv
+            .iter()
+            .zip(&request.argv)
+            .take_while(|(x, y)| x == y)
+            .count();
+        (
+            l.body.goal.id == goal_id,
+            a.executable == request.executable,
+            prefix,
+            a.argv.len() == request.argv.len(),
+            a.cwd == request.cwd,
+            superseded_by(manifest, &l.body.lease_id).is_none(),
+        )
+    };
+    let mut best: Option<(&Lease, _)> = None;
+    for l in &manifest.leases {
+        let s = score(l);
+        if best.as_ref().is_none_or(|(_, b)| s >= *b) {
+            best = Some((l, s));
+        }
+    }
+    let (lease, _) = best?;
+    let diff = first_difference(&lease.body.request, request, profile_given)
+        .unwrap_or_else(|| "nothing in the request (another check refused it)".into());
+    Some((lease, diff))
 }
 
 /// Neither revoked in the manifest nor outside its validity window: a
@@ -285,9 +410,11 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
     };
 
     if !lease::signature_valid(lease, ctx.trust) {
-        return refuse(0, Reason::LeaseSignatureInvalid, format!(
-            "lease {id}: its content does not match its fingerprint, or the fingerprint is not signed by the trusted approver key"
-        ));
+        return refuse(
+            0,
+            Reason::LeaseSignatureInvalid,
+            signature_failure(lease, ctx.trust),
+        );
     }
     // A supersession the manifest knows is named as such; the ledger also
     // holds it (as a revocation) once the replacement has run there, for
@@ -714,5 +841,55 @@ mod tests {
             now,
         );
         assert_eq!(r.reason, Reason::WorkspaceDrift);
+    }
+
+    fn req(exe: &str, argv: &[&str], cwd: &str) -> Request {
+        Request {
+            executable: exe.into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            cwd: cwd.into(),
+            profile: Profile::Standard,
+        }
+    }
+
+    #[test]
+    fn the_first_difference_is_named_with_both_values() {
+        let approved = req("python3", &["-m", "pytest", "-q"], ".");
+        let cases = [
+            (
+                req("python3", &["-m", "pytest", "--verbose"], "."),
+                r#"argv[2]: approved "-q", requested "--verbose""#,
+            ),
+            (
+                req("python", &["-m", "pytest", "-q"], "."),
+                r#"executable: approved "python3", requested "python""#,
+            ),
+            (
+                req("python3", &["-m", "pytest"], "."),
+                r#"argv[2]: approved "-q", requested nothing (3 argv elements approved, 2 requested)"#,
+            ),
+            (
+                req("python3", &["-m", "pytest", "-q", "-x"], "."),
+                r#"argv[3]: approved nothing, requested "-x" (3 argv elements approved, 4 requested)"#,
+            ),
+            (
+                req("python3", &["-m", "pytest", "-q"], "sub"),
+                r#"cwd: approved ".", requested "sub""#,
+            ),
+        ];
+        for (requested, want) in cases {
+            assert_eq!(
+                first_difference(&approved, &requested, true).as_deref(),
+                Some(want)
+            );
+        }
+        let mut long = approved.clone();
+        long.profile = Profile::Long;
+        assert_eq!(
+            first_difference(&approved, &long, true).as_deref(),
+            Some("profile: approved standard, requested long")
+        );
+        assert_eq!(first_difference(&approved, &long, false), None);
+        assert_eq!(first_difference(&approved, &approved, true), None);
     }
 }

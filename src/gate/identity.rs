@@ -632,40 +632,118 @@ pub fn portable(exe: &ExecutableIdentity, workspace: &Path) -> PortableIdentity 
     }
 }
 
-/// Name the first field in which two executable identities differ.
+/// Name the first field in which two executable identities differ, with
+/// the approved and the current value, and what to do about it.
 pub fn executable_difference(
     want: &ExecutableIdentity,
     got: &ExecutableIdentity,
 ) -> Option<String> {
-    let fields: [(&str, bool); 9] = [
-        ("canonical path", want.canonical_path == got.canonical_path),
-        ("symlink chain", want.symlink_chain == got.symlink_chain),
-        ("sha256", want.sha256 == got.sha256),
-        ("device", want.device == got.device),
-        ("inode", want.inode == got.inode),
-        ("size", want.size == got.size),
-        ("mode", want.mode == got.mode),
-        ("mtime", want.mtime_ns == got.mtime_ns),
-        ("ctime", want.ctime_ns == got.ctime_ns),
+    let chain = |e: &ExecutableIdentity| {
+        if e.symlink_chain.is_empty() {
+            return "none".to_string();
+        }
+        e.symlink_chain
+            .iter()
+            .map(|h| format!("{} -> {}", h.path, h.target))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let fields: [(&str, bool, String, String); 9] = [
+        (
+            "canonical path",
+            want.canonical_path == got.canonical_path,
+            want.canonical_path.clone(),
+            got.canonical_path.clone(),
+        ),
+        (
+            "symlink chain",
+            want.symlink_chain == got.symlink_chain,
+            chain(want),
+            chain(got),
+        ),
+        (
+            "sha256",
+            want.sha256 == got.sha256,
+            want.sha256.clone(),
+            got.sha256.clone(),
+        ),
+        (
+            "device",
+            want.device == got.device,
+            want.device.to_string(),
+            got.device.to_string(),
+        ),
+        (
+            "inode",
+            want.inode == got.inode,
+            want.inode.to_string(),
+            got.inode.to_string(),
+        ),
+        (
+            "size",
+            want.size == got.size,
+            want.size.to_string(),
+            got.size.to_string(),
+        ),
+        (
+            "mode",
+            want.mode == got.mode,
+            format!("{:o}", want.mode),
+            format!("{:o}", got.mode),
+        ),
+        (
+            "mtime",
+            want.mtime_ns == got.mtime_ns,
+            want.mtime_ns.to_string(),
+            got.mtime_ns.to_string(),
+        ),
+        (
+            "ctime",
+            want.ctime_ns == got.ctime_ns,
+            want.ctime_ns.to_string(),
+            got.ctime_ns.to_string(),
+        ),
     ];
-    fields.iter().find(|(_, same)| !same).map(|(name, _)| {
+    fields.iter().find(|(_, same, _, _)| !same).map(|(name, _, was, now)| {
         format!(
-            "executable {} changed since approval: {name} differs",
+            "executable {} changed since approval: {name} approved {was}, now {now}; re-approve if the new file is intended",
             want.canonical_path
         )
     })
 }
 
-/// Name the first field in which two directory identities differ.
+/// Name the first field in which two directory identities differ, with
+/// the approved and the current value.
 pub fn dir_difference(what: &str, want: &DirIdentity, got: &DirIdentity) -> Option<String> {
-    let fields: [(&str, bool); 3] = [
-        ("device", want.device == got.device),
-        ("inode", want.inode == got.inode),
-        ("creation stamp (re-created)", want.creation == got.creation),
+    let stamp = |d: &DirIdentity| {
+        d.creation
+            .as_ref()
+            .map(|c| format!("{} {}", c.source, c.value))
+            .unwrap_or_else(|| "none".into())
+    };
+    let fields: [(&str, bool, String, String); 3] = [
+        (
+            "device",
+            want.device == got.device,
+            want.device.to_string(),
+            got.device.to_string(),
+        ),
+        (
+            "inode",
+            want.inode == got.inode,
+            want.inode.to_string(),
+            got.inode.to_string(),
+        ),
+        (
+            "creation stamp (re-created)",
+            want.creation == got.creation,
+            stamp(want),
+            stamp(got),
+        ),
     ];
-    fields.iter().find(|(_, same)| !same).map(|(name, _)| {
+    fields.iter().find(|(_, same, _, _)| !same).map(|(name, _, was, now)| {
         format!(
-            "{what} {} changed since approval: {name} differs",
+            "{what} {} changed since approval: {name} approved {was}, now {now} (the directory was removed and made again, or another was put in its place); re-approve if that is intended",
             want.path
         )
     })

@@ -39,11 +39,14 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
-    #[error("journal unavailable at {path}: {source}")]
+    /// `hint`: for a permission error, who owns what and the fix
+    /// ([`permission_hint`](crate::os::safe_io::permission_hint)).
+    #[error("journal unavailable at {path}: {source}{hint}")]
     Unavailable {
         path: String,
         #[source]
         source: std::io::Error,
+        hint: String,
     },
     /// The Goal's lock stayed held by another runner, or a cancelling
     /// signal arrived while waiting for it.
@@ -157,6 +160,7 @@ pub fn default_state_dir() -> PathBuf {
 fn unavailable(path: &Path) -> impl FnOnce(std::io::Error) -> JournalError + '_ {
     move |source| JournalError::Unavailable {
         path: path.display().to_string(),
+        hint: crate::os::safe_io::permission_hint(path, &source),
         source,
     }
 }

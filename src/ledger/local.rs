@@ -50,6 +50,14 @@ impl LocalLedger {
                 self.dir.display(),
                 j.display()
             ))),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(LedgerError::Unavailable(format!(
+                    "ledger {}: {}: {e}{}",
+                    self.dir.display(),
+                    j.display(),
+                    crate::os::safe_io::permission_hint(&j, &e)
+                )))
+            }
             Err(e) => Err(LedgerError::Unavailable(format!(
                 "ledger {}: {}: {e}; a ledger is created by approve, never re-created by run (is its file system mounted?)",
                 self.dir.display(),
@@ -119,6 +127,7 @@ impl Ledger for LocalLedger {
                     let bytes =
                         std::fs::read(&path).map_err(|source| JournalError::Unavailable {
                             path: path.display().to_string(),
+                            hint: crate::os::safe_io::permission_hint(&path, &source),
                             source,
                         })?;
                     journal::parse_chain(&path, &bytes)

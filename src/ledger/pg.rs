@@ -202,7 +202,7 @@ impl PgLedger {
                 ))
             }
         };
-        let mut client = client.map_err(|e| self.unavailable("connect", e))?;
+        let mut client = client.map_err(|e| self.unavailable("connect", cause(&e)))?;
         self.ensure_schema(&mut client)?;
         Ok(client)
     }
@@ -222,7 +222,7 @@ impl PgLedger {
             )?
             .map(|r| r.get(0)))
         };
-        let mut v = version(c).map_err(|e| self.unavailable("schema", e))?;
+        let mut v = version(c).map_err(|e| self.unavailable("schema", cause(&e)))?;
         if v.is_none() {
             let create = |c: &mut Client| -> Result<(), postgres::Error> {
                 let mut t = c.transaction()?;
@@ -238,8 +238,8 @@ impl PgLedger {
                 )?;
                 t.commit()
             };
-            create(c).map_err(|e| self.unavailable("creating the schema", e))?;
-            v = version(c).map_err(|e| self.unavailable("schema", e))?;
+            create(c).map_err(|e| self.unavailable("creating the schema", cause(&e)))?;
+            v = version(c).map_err(|e| self.unavailable("schema", cause(&e)))?;
         }
         match v.as_deref() {
             Some(SCHEMA_VERSION) => Ok(()),
@@ -262,7 +262,7 @@ impl PgLedger {
                 "SELECT next_seq, last_digest FROM governed_exec_goals WHERE goal_id = $1",
                 &[&goal_id],
             )
-            .map_err(|e| self.unavailable("read", e))?;
+            .map_err(|e| self.unavailable("read", cause(&e)))?;
         let (next_seq, last): (i64, String) = match head {
             Some(r) => (r.get(0), r.get(1)),
             None => (0, GENESIS.to_string()),
@@ -272,7 +272,7 @@ impl PgLedger {
                 "SELECT seq, digest, line FROM governed_exec_records WHERE goal_id = $1 ORDER BY seq",
                 &[&goal_id],
             )
-            .map_err(|e| self.unavailable("read", e))?;
+            .map_err(|e| self.unavailable("read", cause(&e)))?;
         let entries = check_rows(&self.target, goal_id, &rows, next_seq, &last)?;
         Ok((next_seq, last, entries))
     }
@@ -369,7 +369,7 @@ impl Ledger for PgLedger {
             )?;
             Ok(())
         };
-        begin(&mut c).map_err(|e| self.unavailable("lock", e))?;
+        begin(&mut c).map_err(|e| self.unavailable("lock", cause(&e)))?;
         // The Goal's row lock, tried without waiting inside a savepoint: a
         // runner stalled inside another's lock window is waited for only
         // within the bound and only while no cancelling signal is pending.
@@ -377,7 +377,7 @@ impl Ledger for PgLedger {
             bound,
             || {
                 c.batch_execute("SAVEPOINT goal_lock")
-                    .map_err(|e| self.unavailable("lock", e))?;
+                    .map_err(|e| self.unavailable("lock", cause(&e)))?;
                 match c.execute(
                     "SELECT 1 FROM governed_exec_goals WHERE goal_id = $1 FOR UPDATE NOWAIT",
                     &[&goal_id],
@@ -385,10 +385,10 @@ impl Ledger for PgLedger {
                     Ok(_) => Ok(Some(())),
                     Err(e) if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) => {
                         c.batch_execute("ROLLBACK TO SAVEPOINT goal_lock")
-                            .map_err(|e| self.unavailable("lock", e))?;
+                            .map_err(|e| self.unavailable("lock", cause(&e)))?;
                         Ok(None)
                     }
-                    Err(e) => Err(self.unavailable("lock", e)),
+                    Err(e) => Err(self.unavailable("lock", cause(&e))),
                 }
             },
             |end| match end {
@@ -403,7 +403,7 @@ impl Ledger for PgLedger {
         let summary = Summary::of(&entries);
         let mut live = BTreeSet::new();
         for id in summary.open.keys() {
-            if held_elsewhere(&mut c, id).map_err(|e| self.unavailable("read", e))? {
+            if held_elsewhere(&mut c, id).map_err(|e| self.unavailable("read", cause(&e)))? {
                 live.insert(id.clone());
             }
         }
@@ -425,7 +425,7 @@ impl Ledger for PgLedger {
                 "SELECT goal_id FROM governed_exec_goals ORDER BY goal_id",
                 &[],
             )
-            .map_err(|e| self.unavailable("read", e))?;
+            .map_err(|e| self.unavailable("read", cause(&e)))?;
         let mut out = Vec::new();
         for g in goals {
             let id: String = g.get(0);
@@ -515,7 +515,7 @@ impl GoalSession for PgGoal {
             &self.last,
             event,
         )
-        .map_err(|e| self.unavailable("write", e))?;
+        .map_err(|e| self.unavailable("write", cause(&e)))?;
         self.next_seq += 1;
         self.last = e.digest.clone();
         self.summary.fold(&e);
@@ -525,7 +525,7 @@ impl GoalSession for PgGoal {
     fn commit(mut self: Box<Self>) -> Result<(), LedgerError> {
         self.client
             .batch_execute("COMMIT")
-            .map_err(|e| self.unavailable("commit", e))
+            .map_err(|e| self.unavailable("commit", cause(&e)))
     }
 
     fn spend(
@@ -556,10 +556,10 @@ impl GoalSession for PgGoal {
             .batch_execute(
                 "SET tcp_keepalives_idle = 30; SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3",
             )
-            .map_err(|e| self.unavailable("session settings", e))?;
+            .map_err(|e| self.unavailable("session settings", cause(&e)))?;
         self.client
             .execute("SELECT pg_advisory_lock($1)", &[&key])
-            .map_err(|e| self.unavailable("attempt lock", e))?;
+            .map_err(|e| self.unavailable("attempt lock", cause(&e)))?;
         let goal_id = self.goal_id.clone();
         self.client
             .execute(
@@ -567,11 +567,11 @@ impl GoalSession for PgGoal {
                  VALUES ($1, $2, $3, $4)",
                 &[&lease_id, &use_number, &attempt_id, &goal_id],
             )
-            .map_err(|e| self.unavailable("spend", e))?;
+            .map_err(|e| self.unavailable("spend", cause(&e)))?;
         let digest = self.append(executing)?;
         self.client
             .batch_execute("COMMIT")
-            .map_err(|e| self.unavailable("commit", e))?;
+            .map_err(|e| self.unavailable("commit", cause(&e)))?;
         let PgGoal { target, client, .. } = *self;
         // COMMIT returned: the record and the use row are durable.
         Ok((
@@ -869,6 +869,45 @@ impl ServerCertVerifier for Verifier {
             .signature_verification_algorithms
             .supported_schemes()
     }
+}
+
+/// What a PostgreSQL error was, in the server's own words: its severity,
+/// SQLSTATE, message, detail and hint (`FATAL 28000: role "ci" does not
+/// exist`), or, for a failure before the server said anything, every cause
+/// of the chain (`error performing TLS handshake: invalid peer
+/// certificate: UnknownIssuer`), not the bare `db error` of its Display.
+/// Neither the server's message nor a TLS or socket error carries the
+/// password.
+pub fn cause(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut m = format!(
+            "the server said {} {}: {}",
+            db.severity(),
+            db.code().code(),
+            db.message()
+        );
+        if let Some(d) = db.detail() {
+            m.push_str(&format!(" (detail: {d})"));
+        }
+        if let Some(h) = db.hint() {
+            m.push_str(&format!(" (hint: {h})"));
+        }
+        return m;
+    }
+    let mut parts = vec![e.to_string()];
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        let t = s.to_string();
+        if parts.last() != Some(&t) {
+            parts.push(t);
+        }
+        src = s.source();
+    }
+    let mut m = parts.join(": ");
+    if m.contains("certificate") {
+        m.push_str(" (PGSSLROOTCERT names the CA certificate that must have signed the server's; PGSSLMODE=verify-full also checks the host name)");
+    }
+    m
 }
 
 #[cfg(test)]

@@ -122,6 +122,31 @@ pub struct Request {
     pub profile: Profile,
 }
 
+/// The request as a receipt records it: the four fields of [`Request`],
+/// but `profile` is `null` when `run -- CMD` was refused before any lease
+/// chose the profile and the caller gave no `--profile` (a receipt shows
+/// the request as given, never a defaulted tier).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptRequest {
+    pub executable: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub profile: Option<Profile>,
+}
+
+impl From<Request> for ReceiptRequest {
+    fn from(r: Request) -> Self {
+        ReceiptRequest {
+            executable: r.executable,
+            argv: r.argv,
+            cwd: r.cwd,
+            profile: Some(r.profile),
+        }
+    }
+}
+
 // ---------------------------------------------------------------- identity
 
 /// One hop of a symlink chain: `path` pointed at `target` (as read).
@@ -848,6 +873,18 @@ pub enum CleanupState {
     NotStarted,
 }
 
+/// The wire name (`gone`, `not_confirmed`, `not_started`), for messages:
+/// never the Rust variant name.
+impl fmt::Display for CleanupState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CleanupState::Gone => "gone",
+            CleanupState::NotConfirmed => "not_confirmed",
+            CleanupState::NotStarted => "not_started",
+        })
+    }
+}
+
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -1176,7 +1213,7 @@ pub struct ReceiptBody {
     pub attempt_id: Option<String>,
     pub goal: Option<GoalRef>,
     pub lease: Option<LeaseRef>,
-    pub request: Option<Request>,
+    pub request: Option<ReceiptRequest>,
     pub workspace: Option<String>,
     /// Which binding the lease used (`machine` or `portable`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1314,4 +1351,21 @@ pub struct Envelope {
 /// the file and the offending field.
 pub fn parse_json<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, String> {
     serde_json::from_slice(bytes).map_err(|e| format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn cleanup_states_read_as_their_wire_names() {
+        for st in [
+            CleanupState::Gone,
+            CleanupState::NotConfirmed,
+            CleanupState::NotStarted,
+        ] {
+            assert_eq!(serde_json::to_value(&st).unwrap(), st.to_string());
+        }
+    }
 }

@@ -249,3 +249,99 @@ mod tests {
         assert!(temp_name(OsStr::new(&long)).as_bytes().len() <= 255);
     }
 }
+
+/// Why this process was denied `path`, in words a person can act on: the
+/// first directory on the way it cannot enter (or the path itself it cannot
+/// use), with its owner, group and mode, the uid and gid that tried, and
+/// the fix. `""` for an error that is not a permission error. The text
+/// starts with `"; "` so it can follow the error it explains.
+pub fn permission_hint(path: &Path, e: &io::Error) -> String {
+    use nix::unistd::{faccessat, AccessFlags};
+    use std::os::unix::fs::MetadataExt;
+    if e.kind() != io::ErrorKind::PermissionDenied {
+        return String::new();
+    }
+    let euid = nix::unistd::geteuid().as_raw();
+    let egid = nix::unistd::getegid().as_raw();
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(path))
+            .unwrap_or_else(|_| path.to_path_buf())
+    };
+    let mut chain: Vec<&Path> = absolute.ancestors().collect();
+    chain.reverse();
+    // Down from `/`: each directory must let this uid enter it; the
+    // deepest one that exists must also let it write (a file is made or
+    // replaced there); a file at the end must let it read and write.
+    let existing: Vec<(&Path, fs::Metadata)> = chain
+        .iter()
+        .map_while(|p| fs::metadata(p).ok().map(|m| (*p, m)))
+        .collect();
+    let deepest = existing.len().saturating_sub(1);
+    for (i, (p, m)) in existing.iter().enumerate() {
+        let checks: &[(AccessFlags, &str)] = if !m.is_dir() {
+            &[(AccessFlags::R_OK, "read"), (AccessFlags::W_OK, "write")]
+        } else if i == deepest {
+            &[
+                (AccessFlags::X_OK, "enter"),
+                (AccessFlags::W_OK, "write in"),
+            ]
+        } else {
+            &[(AccessFlags::X_OK, "enter")]
+        };
+        for (need, what) in checks {
+            if faccessat(None, *p, *need, nix::fcntl::AtFlags::AT_EACCESS).is_err() {
+                return format!(
+                    "; {} is owned by uid {} gid {} with mode {:04o}, and uid {euid} (gid {egid}) cannot {what} it: make it usable by uid {euid} (`chown {euid} {}`, or a group and mode that include it), or run as uid {}",
+                    p.display(),
+                    m.uid(),
+                    m.gid(),
+                    m.mode() & 0o7777,
+                    p.display(),
+                    m.uid()
+                );
+            }
+        }
+    }
+    format!(
+        "; uid {euid} (gid {egid}) was denied {} although its owner and mode allow it: a read-only mount, an ACL or a security module (Landlock, AppArmor, SELinux) denies it",
+        absolute.display()
+    )
+}
+
+#[cfg(test)]
+mod permission_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_non_permission_error_gets_no_hint() {
+        let e = io::Error::from(io::ErrorKind::NotFound);
+        assert_eq!(permission_hint(Path::new("/nonexistent/x"), &e), "");
+    }
+
+    #[test]
+    fn the_hint_names_the_directory_its_owner_mode_and_the_uid() {
+        if nix::unistd::geteuid().is_root() {
+            // root passes every mode check: the denial must come from
+            // elsewhere, and the hint says so.
+            let e = io::Error::from(io::ErrorKind::PermissionDenied);
+            let h = permission_hint(Path::new("/"), &e);
+            assert!(h.contains("security module"), "{h}");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let locked = d.path().join("locked");
+        fs::create_dir(&locked).unwrap();
+        fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
+        let e = io::Error::from(io::ErrorKind::PermissionDenied);
+        let h = permission_hint(&locked.join("journal"), &e);
+        fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        assert!(
+            h.contains(&format!("{} is owned by uid", locked.display())) && h.contains("mode 0000"),
+            "{h}"
+        );
+    }
+}

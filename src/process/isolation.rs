@@ -771,13 +771,55 @@ fn guard_ruleset(
         .create()
         .map_err(|e| e.to_string())?;
     let mut rules = 0usize;
+    let mut unlisted = 0usize;
     let mut stack = vec![PathBuf::from("/")];
     while let Some(dir) = stack.pop() {
         let fd = PathFd::new(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         created = created
             .add_rule(PathBeneath::new(fd, AccessFs::ReadDir))
             .map_err(|e| format!("{}: {e}", dir.display()))?;
-        let rd = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                // A directory this uid may enter but not list (a 0711
+                // scratch root of an outer governed-exec, a shared home):
+                // its entries cannot be enumerated, so only the ones known
+                // from the paths involved get rules — the way on to the
+                // key and state dir, and the writable paths below it; the
+                // rest of it is denied to the child, which could not list
+                // it either.
+                unlisted += 1;
+                let below = |p: &Path| {
+                    p.strip_prefix(&dir)
+                        .ok()
+                        .and_then(|rest| rest.components().next())
+                        .map(|c| dir.join(c))
+                };
+                let mut known: Vec<PathBuf> = writable
+                    .iter()
+                    .chain(ancestors.iter())
+                    .filter_map(|p| below(p))
+                    .collect();
+                known.sort();
+                known.dedup();
+                for p in known {
+                    if protected.contains(&p) {
+                        continue;
+                    }
+                    if ancestors.contains(&p) {
+                        stack.push(p);
+                        continue;
+                    }
+                    let Ok(fd) = PathFd::new(&p) else { continue };
+                    created = created
+                        .add_rule(PathBeneath::new(fd, all))
+                        .map_err(|e| format!("{}: {e}", p.display()))?;
+                    rules += 1;
+                }
+                continue;
+            }
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        };
         for entry in rd.flatten() {
             let p = entry.path();
             if protected.contains(&p) {
@@ -809,8 +851,13 @@ fn guard_ruleset(
     Ok((
         fd,
         format!(
-            "Landlock (ABI {abi}) denies the child {} path(s) of the key and the state dir ({rules} rules)",
-            key_paths.len()
+            "Landlock (ABI {abi}) denies the child {} path(s) of the key and the state dir ({rules} rules{})",
+            key_paths.len(),
+            if unlisted > 0 {
+                format!("; {unlisted} directory(ies) on the way this uid cannot list: only the writable paths in them are open to the child")
+            } else {
+                String::new()
+            }
         ),
     ))
 }

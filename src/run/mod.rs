@@ -14,7 +14,7 @@ use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use ed25519_dalek::SigningKey;
 use nix::sys::signalfd::SignalFd;
@@ -25,7 +25,7 @@ use crate::ledger::{self, GoalSession, Ledger, LedgerError};
 use crate::model::goal::{self, LoadedGoal};
 use crate::model::{
     Cleanup, CleanupState, GoalRef, LeaseRef, Outcome, OutcomeClass, Profile, Reason, ReceiptBody,
-    Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
+    ReceiptRequest, Request, Resources, SigningReport, Streams, RECEIPT_SCHEMA,
 };
 use crate::os::safe_io::WriteTarget;
 use crate::os::sys::{ChildStep, SpawnSpec};
@@ -48,6 +48,8 @@ pub struct RunArgs {
     pub workspace: Option<PathBuf>,
     pub receipt: Option<PathBuf>,
     pub stream: bool,
+    /// No closing line on stderr.
+    pub quiet: bool,
     pub request: Option<String>,
     pub lease: Option<String>,
     pub cwd: Option<String>,
@@ -100,7 +102,7 @@ struct Draft {
     receipt_id: String,
     attempt_id: Option<String>,
     goal: Option<GoalRef>,
-    request: Option<Request>,
+    request: Option<ReceiptRequest>,
     started: SystemTime,
     key: Option<SigningKey>,
     /// `run --nonce`, once checked.
@@ -193,8 +195,8 @@ impl Draft {
         self.output(&text);
     }
 
-    /// Print (or write) a sealed receipt.
-    fn output(&self, text: &[u8]) {
+    /// Print (or write) a sealed receipt; says where it went.
+    fn output(&self, text: &[u8]) -> String {
         match &self.receipt_target {
             Some((p, target)) => {
                 // Replaced through a fresh temporary and a rename in the
@@ -210,10 +212,13 @@ impl Draft {
                         escape::visible(&p.display().to_string())
                     );
                     let _ = std::io::stdout().write_all(text);
+                    return "stdout".into();
                 }
+                escape::visible(&p.display().to_string())
             }
             None => {
                 let _ = std::io::stdout().write_all(text);
+                "stdout".into()
             }
         }
     }
@@ -225,6 +230,13 @@ impl Draft {
             r.reason,
             escape::visible(&r.message)
         );
+        let body = self.refusal_body(r);
+        self.emit(body);
+        exit_code::NOT_EXECUTED
+    }
+
+    /// The refusal receipt body of `r`.
+    fn refusal_body(&self, r: Refusal) -> ReceiptBody {
         let mut body = self.base(not_executed(r.reason, r.message));
         if let Some(l) = &r.lease {
             body.lease = Some(LeaseRef {
@@ -232,9 +244,33 @@ impl Draft {
                 fingerprint: l.fingerprint.clone(),
             });
         }
-        self.emit(body);
-        exit_code::NOT_EXECUTED
+        body
     }
+}
+
+/// The one line `run` ends with on stderr (unless `--quiet`): the outcome,
+/// the exit code governed-exec returns, the duration, and where the receipt
+/// went, so a person at a terminal or in a CI log needs no `jq` to know.
+pub fn closing_line(
+    outcome: &Outcome,
+    duration_ms: u64,
+    receipt: &str,
+    copy: Option<&Path>,
+) -> String {
+    let mut what = outcome.class.to_string();
+    if let Some(r) = outcome.reason {
+        what.push_str(&format!(" ({r})"));
+    } else if let Some(sig) = outcome.signal {
+        what.push_str(&format!(" (signal {sig})"));
+    }
+    let copy = copy
+        .map(|c| format!(" (copy: {})", escape::visible(&c.display().to_string())))
+        .unwrap_or_default();
+    format!(
+        "governed-exec: {what}, exit code {}, {}; receipt: {receipt}{copy}",
+        outcome.runner_exit_code,
+        humantime::format_duration(Duration::from_millis(duration_ms))
+    )
 }
 
 fn not_executed(reason: Reason, message: String) -> Outcome {
@@ -587,8 +623,31 @@ fn cleanup_witness(
 
 /// `run` whose command line could not even be parsed: still one refusal
 /// receipt on stdout (unsigned: no state dir or key is known), exit 125.
-pub fn refuse_unparsed(message: String) -> i32 {
-    Draft::new(None).refuse(Refusal::new(Reason::InvalidInput, message))
+/// stderr carries the one-line refusal, then clap's usage text (`usage`:
+/// clap's whole message, from its `Usage:` line on). A person at a
+/// terminal gets no JSON dumped on it: when stdout is a terminal the
+/// document is not printed (nothing is written anywhere else either: the
+/// state dir is not known yet), and stderr says so; a harness, whose stdout
+/// is a pipe or file, always gets the document.
+pub fn refuse_unparsed(message: String, usage: &str) -> i32 {
+    use std::io::IsTerminal;
+    let draft = Draft::new(None);
+    let r = Refusal::new(Reason::InvalidInput, message);
+    eprintln!(
+        "governed-exec: refused ({}): {}",
+        r.reason,
+        escape::visible(&r.message)
+    );
+    for l in usage.lines().skip_while(|l| !l.starts_with("Usage:")) {
+        eprintln!("{}", escape::visible(l));
+    }
+    if std::io::stdout().is_terminal() {
+        eprintln!("governed-exec: the refusal document (outcome known_not_executed, reason invalid_input, exit code 125) is not printed to a terminal; redirect stdout to a file or pipe to keep it");
+        return exit_code::NOT_EXECUTED;
+    }
+    let body = draft.refusal_body(r);
+    draft.emit(body);
+    exit_code::NOT_EXECUTED
 }
 
 /// Journal a refusal decided before the Goal's journal was opened (bad
@@ -672,8 +731,18 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         Ok(s) => s,
         Err(e) => return refuse_early(&draft, RunError::Request(e).into()),
     };
-    if let Selection::Request { request, .. } = &selection {
-        draft.request = Some(request.clone());
+    // The request as given: without --profile, `run -- CMD` names no
+    // profile until a lease chooses it, and a refusal before that says so.
+    if let Selection::Request {
+        request,
+        profile_given,
+    } = &selection
+    {
+        let mut given = ReceiptRequest::from(request.clone());
+        if !profile_given {
+            given.profile = None;
+        }
+        draft.request = Some(given);
     }
     let (manifest, pending_index) =
         match manifest_index::load_for(&args.manifest, &state_dir, &selection) {
@@ -791,7 +860,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
             return draft.refuse(ledger_refusal(&*led, e));
         }
     }
-    draft.request = Some(admitted.lease.body.request.clone());
+    draft.request = Some(admitted.lease.body.request.clone().into());
     let ended = execute(
         draft,
         admitted,
@@ -799,7 +868,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         &goal,
         &state_dir,
         (key, key_path),
-        args.stream,
+        (args.stream, args.quiet),
         sweep,
         signals,
     );
@@ -819,7 +888,7 @@ fn execute(
     goal: &LoadedGoal,
     state_dir: &Path,
     (key, key_path): (SigningKey, PathBuf),
-    mirror: bool,
+    (mirror, quiet): (bool, bool),
     sweep: bool,
     signals: &mut SignalFd,
 ) -> i32 {
@@ -1159,6 +1228,7 @@ fn execute(
     }
     let outcome = receipt_body.outcome.clone();
     let cleanup_state = receipt_body.cleanup.state.clone();
+    let duration_ms = receipt_body.duration_ms;
 
     // Keep a copy of the receipt in the state dir before the result record
     // names it. It survives a crash of this process (page cache); it is not
@@ -1168,12 +1238,9 @@ fn execute(
     // digest and stdout / --receipt.
     let (receipt_text, receipt_digest) = draft.seal(receipt_body);
     let receipts_dir = state_dir.join("receipts");
-    if journal::ensure_dir(&receipts_dir).is_ok() {
-        let _ = write_private(
-            &receipts_dir.join(format!("{attempt_id}.json")),
-            &receipt_text,
-        );
-    }
+    let copy = receipts_dir.join(format!("{attempt_id}.json"));
+    let copied =
+        journal::ensure_dir(&receipts_dir).is_ok() && write_private(&copy, &receipt_text).is_ok();
     fault::point("before_result");
     let result_written = hold.record_result(Event::Result {
         attempt_id: attempt_id.clone(),
@@ -1188,13 +1255,24 @@ fn execute(
         eprintln!("governed-exec: warning: the result record could not be written ({e}); this attempt will read as `unknown` until resolved");
     }
     fault::point("before_print");
-    draft.output(&receipt_text);
+    let went = draft.output(&receipt_text);
     hold.release();
     drop(scratch);
     if outcome.class != OutcomeClass::KnownNotExecuted {
         if let Some(m) = &outcome.message {
             eprintln!("governed-exec: {}: {}", outcome.class, escape::visible(m));
         }
+    }
+    if !quiet {
+        eprintln!(
+            "{}",
+            closing_line(
+                &outcome,
+                duration_ms,
+                &went,
+                copied.then_some(copy.as_path())
+            )
+        );
     }
     outcome.runner_exit_code
 }

@@ -112,7 +112,9 @@ fn a_revoked_lease_of_another_profile_does_not_block_profile_inference() {
         cmd()
             .args(["revoke", "--manifest"])
             .arg(&e.manifest)
-            .args(["--lease", &long, "--by", "ops"]),
+            .args(["--lease", &long, "--by", "ops"])
+            .arg("--state-dir")
+            .arg(&e.state),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     e.approve(&["--profile", "short"], &["sh", "-c", "echo p"]);
@@ -136,7 +138,9 @@ fn a_revoked_lease_of_another_ledger_does_not_make_the_request_ambiguous() {
         cmd()
             .args(["revoke", "--manifest"])
             .arg(&e.manifest)
-            .args(["--lease", &old, "--by", "ops"]),
+            .args(["--lease", &old, "--by", "ops"])
+            .arg("--state-dir")
+            .arg(&e.state),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let new = e.approve(&[], &["true"]);

@@ -31,7 +31,10 @@ fn the_shipped_ci_docs_use_a_portable_lease_a_ledger_and_the_leases_profile() {
             "approve --file ci/approvals.toml",
             "--check",
             "-- ./ci/governed-step.sh",
-            "cargo install --locked",
+            "scripts/build-static.sh",
+            "--trust ci/runner.pub",
+            "ci/runner.pub",
+            "ci/ledger-ca.pem",
             "ci/goal.json",
         ] {
             assert!(text.contains(needle), "{name} lacks {needle:?}");
@@ -43,6 +46,20 @@ fn the_shipped_ci_docs_use_a_portable_lease_a_ledger_and_the_leases_profile() {
         assert!(
             !text.contains("-- cargo test"),
             "{name} still approves cargo directly"
+        );
+        // The receipt is signed by the stable CI runner key, and checked
+        // against the committed ci/runner.pub, never a key made in the job.
+        assert!(
+            !text.contains("STATE_DIR/runner.pub") && !text.contains("ge-state/runner.pub"),
+            "{name} trusts a runner key made fresh in the job"
+        );
+        assert!(
+            text.contains("--key "),
+            "{name} does not sign with the stable runner key"
+        );
+        assert!(
+            !text.contains("cargo install"),
+            "{name} installs another way"
         );
     }
     // What the step's leases are is the approvals file's.
@@ -133,7 +150,29 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::fs::copy(&e.trust, origin.join("ci/approver.pub")).unwrap();
+    // The stable CI runner key: made once by the approver, its private half
+    // the CI secret, its public half committed as ci/runner.pub.
+    let o = output(cmd().arg("keygen").arg("--out").arg(e.path("ci-runner")));
+    assert!(o.status.success());
+    std::fs::copy(e.path("ci-runner.pub"), origin.join("ci/runner.pub")).unwrap();
+    let secret = std::fs::read(e.path("ci-runner.key")).unwrap();
+    // The shipped .gitignore keeps the manifest's lock file out of the commit.
+    std::fs::copy(
+        Path::new(REPO).join(".gitignore"),
+        origin.join(".gitignore"),
+    )
+    .unwrap();
+    assert!(origin.join("ci/manifest.json.lock").exists());
     assert!(git(&origin, &["add", "-A"]) && git(&origin, &["commit", "-qm", "lease"]));
+    let tracked = Command::new("git")
+        .current_dir(&origin)
+        .args(["ls-files"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&tracked.stdout).contains("manifest.json.lock"),
+        "the lock file was committed"
+    );
 
     for job in ["job1", "job2"] {
         assert!(git(
@@ -141,7 +180,23 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
             &["clone", "-q", origin.to_str().unwrap(), job]
         ));
         let clone = e.path(job);
-        let state = e.path(&format!("{job}-runner-temp/ge-state"));
+        let runner_temp = e.path(&format!("{job}-runner-temp"));
+        let state = runner_temp.join("ge-state");
+        // The job writes the secret to a 0600 file outside the workspace.
+        std::fs::create_dir_all(&runner_temp).unwrap();
+        let key = runner_temp.join("runner.key");
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&key)
+                .unwrap()
+                .write_all(&secret)
+                .unwrap();
+        }
         // The pull-request job: the file agrees with the signed manifest
         // in a fresh clone at another path (portable leases).
         let o = output(cmd().current_dir(&clone).args([
@@ -170,8 +225,10 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
                     "ci/manifest.json",
                     "--trust",
                     "ci/approver.pub",
-                    "--workspace",
+                    "--key",
                 ])
+                .arg(&key)
+                .arg("--workspace")
                 .arg(&clone)
                 .arg("--state-dir")
                 .arg(&state)
@@ -200,8 +257,8 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
                     "--receipt",
                     "receipt.json",
                     "--trust",
+                    "ci/runner.pub",
                 ])
-                .arg(state.join("runner.pub"))
                 .args(["--ledger", &ledger]),
         );
         assert_eq!(
@@ -218,6 +275,34 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
             "refs/heads/main"
         );
     }
+    // Later, elsewhere: a fresh checkout of the commit the receipt names,
+    // the uploaded receipt, the committed ci/runner.pub; no job state.
+    let receipt = e.path("uploaded-receipt.json");
+    std::fs::copy(e.path("job2/receipt.json"), &receipt).unwrap();
+    let head = decode_envelope(&std::fs::read(&receipt).unwrap())["predicate"]["workspace_git"]
+        ["head"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(git(
+        e.dir.path(),
+        &["clone", "-q", origin.to_str().unwrap(), "auditor"]
+    ));
+    let auditor = e.path("auditor");
+    assert!(git(&auditor, &["checkout", "-q", &head]));
+    let o = output(
+        cmd()
+            .current_dir(&auditor)
+            .args(["verify", "--goal", "ci/goal.json", "--receipt"])
+            .arg(&receipt)
+            .args(["--trust", "ci/runner.pub"]),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().next(),
+        Some("VERIFIED_DONE"),
+        "a later verifier: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     // Both jobs spent their use in the one ledger.
     let o = output(cmd().args(["journal", "--ledger", &ledger, "list", "--json"]));
     let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -101,11 +101,19 @@ fn build_image() -> Result<String, String> {
         .unwrap_or_default()
         .as_nanos();
     let tag = format!("governed-exec-test:{}-{nanos}", std::process::id());
+    // scripts/test.sh names its run, and removes this run's images (and
+    // only those: other suites may be running beside it) when it ends.
+    let run_label = format!(
+        "governed-exec-test-run={}",
+        std::env::var("GOVERNED_EXEC_TEST_RUN").unwrap_or_else(|_| std::process::id().to_string())
+    );
     let o = docker(&[
         "build",
         "-q",
         "--label",
         "governed-exec-test=1",
+        "--label",
+        &run_label,
         "-t",
         &tag,
         ctx.path().to_str().unwrap(),
@@ -584,5 +592,43 @@ fn allow_net_under_docker_defaults_is_refused_with_zero_spawn_and_doctor_agrees(
             .unwrap_or("")
             .contains("CAP_SYS_ADMIN"),
         "{check}"
+    );
+}
+
+/// `docker run --user 1000` with the image's own state volume: a new
+/// anonymous volume takes the owner of the image's root-owned directory, so
+/// the first run cannot make its runner key there, and the refusal says
+/// which directory, its owner and mode, and the uid that tried (not a
+/// missing mount). A state volume owned by that uid (what
+/// examples/container/Dockerfile's RUNNER_UID arranges) runs.
+#[test]
+fn user_1000_with_a_root_owned_state_volume_is_told_whose_it_is() {
+    let image = require_docker!("user_1000_with_a_root_owned_state_volume_is_told_whose_it_is");
+    let v = Volume::new(&image);
+    let o = v.run(
+        &["--user", "1000:1000"],
+        &format!("{APPROVE} -- true >/dev/null 2>&1 && exec governed-exec run --goal /work/goal.json --manifest /work/manifest.json --trust /work/approver.pub -- true"),
+    );
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("/var/lib/governed-exec is owned by uid 0 gid 0 with mode 0755, and uid 1000 (gid 1000) cannot write in it"),
+        "{}",
+        text(&o)
+    );
+    // The volume given to uid 1000: the same run goes through.
+    let o = v.run(
+        &[
+            "--user",
+            "1000:1000",
+            "--tmpfs",
+            "/var/lib/governed-exec:uid=1000,gid=1000,mode=0700",
+        ],
+        "exec governed-exec run --goal /work/goal.json --manifest /work/manifest.json --trust /work/approver.pub --receipt /work/r.json -- true",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        v.receipt("r.json")["predicate"]["outcome"]["class"],
+        "exited"
     );
 }

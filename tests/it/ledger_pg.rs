@@ -398,3 +398,47 @@ fn a_ledger_address_with_credentials_is_rejected_at_approve() {
         "{err}"
     );
 }
+
+#[test]
+fn a_server_error_is_shown_in_the_servers_words_with_its_sqlstate_and_no_password() {
+    let pg = need_pg!();
+    let ledger = pg.new_ledger();
+    let o = output(
+        cmd()
+            .args(["journal", "--ledger", &ledger, "list"])
+            .env("PGUSER", "no_such_role_ge"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Not the bare `db error`: the server's severity, SQLSTATE (class 28,
+    // invalid authorization) and message naming the role.
+    assert!(
+        err.contains("the server said FATAL 28") && err.contains("\"no_such_role_ge\""),
+        "{err}"
+    );
+    if let Ok(pw) = std::env::var("PGPASSWORD") {
+        assert!(
+            !pw.is_empty() && !err.contains(&pw),
+            "the password leaked: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_tls_failure_names_its_cause() {
+    let pg = need_pg!();
+    let ledger = pg.new_ledger();
+    // The test cluster speaks no TLS: a ledger that requires it fails in
+    // the handshake, and the error says why, not only that it failed.
+    let o = output(
+        cmd()
+            .args(["journal", "--ledger", &ledger, "list"])
+            .env("PGSSLMODE", "require"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("error performing TLS handshake: server does not support TLS"),
+        "{err}"
+    );
+}

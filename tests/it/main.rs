@@ -14,6 +14,7 @@ mod containers;
 mod docker;
 mod egress;
 mod examples;
+mod first_hour;
 mod fuzz_regressions;
 mod hardening;
 mod identity_drift;

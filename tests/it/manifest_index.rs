@@ -25,7 +25,9 @@ fn revoke(e: &Env, lease: &str) {
         cmd()
             .args(["revoke", "--manifest"])
             .arg(&e.manifest)
-            .args(["--lease", lease, "--by", "ops"]),
+            .args(["--lease", lease, "--by", "ops"])
+            .arg("--state-dir")
+            .arg(&e.state),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

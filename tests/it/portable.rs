@@ -208,7 +208,9 @@ fn a_local_ledger_the_lease_names_counts_uses_across_state_dirs_and_keeps_revoca
         cmd()
             .args(["revoke", "--manifest"])
             .arg(&e.manifest)
-            .args(["--lease", &id2, "--by", "ops"]),
+            .args(["--lease", &id2, "--by", "ops"])
+            .arg("--state-dir")
+            .arg(&e.state),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let state3 = e.path("state3");

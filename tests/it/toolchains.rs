@@ -120,3 +120,58 @@ fn a_venv_interpreter_or_entry_point_is_named_with_the_env_it_needs() {
     assert!(w.contains("runs in the Python venv"), "{s}");
     assert!(!w.contains("--env"), "{s}");
 }
+
+#[test]
+fn a_toolchains_own_cargo_is_asked_for_the_whole_pinned_toolchain() {
+    let e = Env::new();
+    let bin = e.path("rustup-home/toolchains/1.85.0-x86_64-unknown-linux-gnu/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    executable(&bin.join("cargo"), "#!/bin/sh\necho cargo\n");
+    let cargo = bin.join("cargo");
+    let s = summary(&e, &[], &[cargo.to_str().unwrap(), "test"]);
+    let w = warnings(&s).join("\n");
+    assert!(
+        w.contains("is toolchain 1.85.0-x86_64-unknown-linux-gnu's own binary")
+            && w.contains(&format!("--env PATH={}:/usr/local/sbin", bin.display()))
+            && w.contains("--env RUSTUP_TOOLCHAIN=1.85.0-x86_64-unknown-linux-gnu")
+            && w.contains("--env RUSTUP_AUTO_INSTALL=0")
+            && w.contains("--fs-write-scope"),
+        "{s}"
+    );
+    // The recipe in the lease, with a write scope: nothing left to say.
+    let path = format!("PATH={}:/usr/bin:/bin", bin.display());
+    let s = summary(
+        &e,
+        &[
+            "--env",
+            &path,
+            "--env",
+            "RUSTUP_TOOLCHAIN=1.85.0-x86_64-unknown-linux-gnu",
+            "--env",
+            "RUSTUP_AUTO_INSTALL=0",
+            "--fs-write-scope",
+        ],
+        &[cargo.to_str().unwrap(), "test"],
+    );
+    assert!(!s.contains("own binary"), "{s}");
+    // The toolchain's bin present but not first: a proxy earlier in PATH
+    // would still answer `rustc`.
+    let late = format!("PATH=/usr/bin:{}", bin.display());
+    let s = summary(
+        &e,
+        &[
+            "--env",
+            &late,
+            "--env",
+            "RUSTUP_TOOLCHAIN=1.85.0-x86_64-unknown-linux-gnu",
+            "--env",
+            "RUSTUP_AUTO_INSTALL=0",
+            "--fs-write-scope",
+        ],
+        &[cargo.to_str().unwrap(), "test"],
+    );
+    assert!(
+        s.contains(&format!("--env PATH={}:/usr/bin", bin.display())),
+        "{s}"
+    );
+}
