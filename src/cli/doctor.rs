@@ -404,6 +404,7 @@ pub fn report() -> Report {
             Err(format!("the child runs as uid {euid}, the same uid that owns the runner key, and the kernel offers no Landlock to deny it the key"))
         },
     ));
+    checks.extend(reach_checks(euid, admin, sys::landlock_abi_version()));
     Report {
         uid,
         euid,
@@ -411,6 +412,80 @@ pub fn report() -> Report {
         checks,
         process_limit_by_profile,
     }
+}
+
+/// The child's reach on this machine (CONTRACT §7, v1.2), as `run` computes
+/// it (`gate::reach`, `process::isolation`): each daemon socket and ledger
+/// credential file present, and the runner's signals, for a child of this
+/// uid without isolation, under isolation, and `--as-user` another uid.
+/// `available` says whether some lease can keep it out of reach here.
+fn reach_checks(euid: u32, admin: bool, landlock_abi: Option<i64>) -> Vec<Check> {
+    use crate::gate::reach::{self, ChildIds};
+    let groups: Vec<u32> = nix::unistd::getgroups()
+        .map(|g| g.iter().map(|g| g.as_raw()).collect())
+        .unwrap_or_default();
+    let same_uid = ChildIds {
+        uid: euid,
+        gid: nix::unistd::getegid().as_raw(),
+        groups,
+        dac_override: euid == 0,
+    };
+    let mut out = Vec::new();
+    for (sock, daemon) in reach::daemon_sockets(euid, euid, &[]) {
+        let Ok(meta) = std::fs::metadata(&sock) else {
+            continue;
+        };
+        let modes = reach::mode_text(&meta);
+        let plain = if same_uid.may(&meta, 2) {
+            "reachable by a child of this uid without isolation"
+        } else {
+            "out of reach of a child of this uid by its modes"
+        };
+        let r = if euid == 0 && admin {
+            Ok(("mount_cover".to_string(), format!("{daemon} at {} ({modes}): {plain}; any isolation option covers it in the child's mount namespace", sock.display())))
+        } else if euid == 0 {
+            Ok(("file_modes".to_string(), format!("{daemon} at {} ({modes}): {plain}; governed-exec lacks CAP_SYS_ADMIN to cover it, so only --as-user to a uid outside its owner and group keeps it out", sock.display())))
+        } else if same_uid.may(&meta, 2) {
+            Err(format!("{daemon} at {} ({modes}): this uid (or one of its groups) may connect, and no lease can take that from its child (Landlock does not mediate connect(2)); receipts will say the key was in reach and the cleanup evadable: run governed-exec as a uid outside the socket's group", sock.display()))
+        } else {
+            Ok((
+                "file_modes".to_string(),
+                format!("{daemon} at {} ({modes}): {plain}", sock.display()),
+            ))
+        };
+        out.push(check("reach_daemon_socket", r));
+    }
+    for f in crate::ledger::pg::credential_files() {
+        let r = if euid == 0 && admin {
+            Ok((
+                "mount_cover".to_string(),
+                format!(
+                    "{}: any isolation option covers it in the child's mount namespace",
+                    f.display()
+                ),
+            ))
+        } else if landlock_abi.is_some() {
+            Ok((
+                "landlock".to_string(),
+                format!(
+                    "{}: any isolation option denies it to the child (the Landlock guard)",
+                    f.display()
+                ),
+            ))
+        } else {
+            Err(format!(
+                "{}: a child of this uid can read it; no Landlock here to deny it",
+                f.display()
+            ))
+        };
+        out.push(check("reach_ledger_credentials", r));
+    }
+    let signals = match landlock_abi {
+        Some(abi) if abi >= 6 => Ok(("landlock_scope".to_string(), format!("with any isolation option Landlock (ABI {abi}) scopes the child's signals to its own processes; --pid-namespace or --as-user another uid also keep the runner out of its reach; without isolation a child of this uid may SIGSTOP the runner"))),
+        _ => Ok(("pid_namespace_or_uid".to_string(), "only --pid-namespace or --as-user another uid keep the runner's signals out of the child's reach (no Landlock signal scope, ABI 6, here)".to_string())),
+    };
+    out.push(check("reach_runner_signals", signals));
+    out
 }
 
 pub fn render_text(r: &Report) -> String {

@@ -24,7 +24,7 @@
 
 pub mod journal;
 mod local;
-mod pg;
+pub mod pg;
 
 use std::path::{Path, PathBuf};
 

@@ -1233,13 +1233,18 @@ unsafe fn capset_all(low: u32, high: u32, err_w: RawFd) {
 /// # Safety
 /// Only in the forked child.
 unsafe fn drop_to(creds: ChildCreds, cap_last: u32, err_w: RawFd) {
+    // Raw syscalls, never glibc's wrappers: in a multi-threaded runner
+    // (output readers, the egress proxy) glibc's setgroups/setres[ug]id
+    // broadcast the change to every thread it believes exists and wait for
+    // them, and a child made by a raw clone3/clone has none of them: it
+    // waited on that futex forever.
     // SAFETY: raw prctl/setgroups/setres[ug]id/capset syscalls on integers
     // and stack structs, async-signal-safe.
     unsafe {
         shrink_ambient_and_bounding(0, cap_last, err_w);
-        if libc::setgroups(0, std::ptr::null()) < 0
-            || libc::setresgid(creds.gid, creds.gid, creds.gid) < 0
-            || libc::setresuid(creds.uid, creds.uid, creds.uid) < 0
+        if libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) < 0
+            || libc::syscall(libc::SYS_setresgid, creds.gid, creds.gid, creds.gid) < 0
+            || libc::syscall(libc::SYS_setresuid, creds.uid, creds.uid, creds.uid) < 0
         {
             child_fail(err_w, ChildStep::Credentials);
         }
