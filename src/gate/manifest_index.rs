@@ -352,8 +352,8 @@ fn through_index(
     let text = std::str::from_utf8(&bytes).ok()?;
     let mac_at = text.rfind("mac ")?;
     let (body, mac_line) = text.split_at(mac_at);
-    let mac = hex::decode(mac_line.strip_prefix("mac ")?.strip_suffix('\n')?).ok()?;
-    if mac != journal::hmac_sha256(key, body.as_bytes()) {
+    let mac = mac_line.strip_prefix("mac ")?.strip_suffix('\n')?;
+    if !journal::hmac_matches(key, body.as_bytes(), mac) {
         return None;
     }
     let mut lines = body.lines();

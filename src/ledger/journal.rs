@@ -327,22 +327,31 @@ impl Checkpoint {
 
 /// HMAC-SHA256 (RFC 2104) with a 32-byte key.
 pub fn hmac_sha256(key: &[u8; 32], msg: &[u8]) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    let mut ipad = [0x36u8; 64];
-    let mut opad = [0x5cu8; 64];
-    for (i, k) in key.iter().enumerate() {
-        ipad[i] ^= k;
-        opad[i] ^= k;
+    use hmac::{Hmac, Mac};
+    // A 32-byte key is always a valid HMAC key; the error arm cannot occur.
+    match Hmac::<sha2::Sha256>::new_from_slice(key) {
+        Ok(mut mac) => {
+            mac.update(msg);
+            mac.finalize().into_bytes().into()
+        }
+        Err(_) => [0u8; 32],
     }
-    let inner = Sha256::new()
-        .chain_update(ipad)
-        .chain_update(msg)
-        .finalize();
-    Sha256::new()
-        .chain_update(opad)
-        .chain_update(inner)
-        .finalize()
-        .into()
+}
+
+/// Whether `mac_hex` is the HMAC of `msg` under `key`, compared in
+/// constant time (the `hmac` crate's `verify_slice`).
+pub fn hmac_matches(key: &[u8; 32], msg: &[u8], mac_hex: &str) -> bool {
+    use hmac::{Hmac, Mac};
+    let Ok(claimed) = hex::decode(mac_hex) else {
+        return false;
+    };
+    match Hmac::<sha2::Sha256>::new_from_slice(key) {
+        Ok(mut mac) => {
+            mac.update(msg);
+            mac.verify_slice(&claimed).is_ok()
+        }
+        Err(_) => false,
+    }
 }
 
 fn checkpoint_key_path(state_dir: &Path) -> PathBuf {
@@ -517,7 +526,7 @@ impl Journal {
         for e in &entries {
             summary.fold(e);
         }
-        let lines = first_line + entries.len();
+        let lines = first_line.saturating_add(entries.len());
         let j = Journal {
             file,
             path,
@@ -741,7 +750,7 @@ fn load_checkpoint(
     let Some(key) = read_checkpoint_key(&state_of(journal)) else {
         return Ok(None);
     };
-    let authentic = hex::decode(&cp.mac).is_ok_and(|m| m == hmac_sha256(&key, &cp.mac_input()));
+    let authentic = hmac_matches(&key, &cp.mac_input(), &cp.mac);
     if !authentic || cp.v != CHECKPOINT_VERSION {
         return Ok(None);
     }
@@ -822,7 +831,7 @@ pub fn checkpoint_trusted(cp: &Checkpoint, key: &[u8; 32], bytes: &[u8]) -> bool
 /// summary's `last_digest`, its `seq + 1` the summary's `next_seq`. An
 /// empty prefix goes with the genesis summary.
 fn checkpoint_bound(cp: &Checkpoint, key: &[u8; 32], file_len: u64, head: &[u8]) -> bool {
-    let mac_ok = hex::decode(&cp.mac).is_ok_and(|m| m == hmac_sha256(key, &cp.mac_input()));
+    let mac_ok = hmac_matches(key, &cp.mac_input(), &cp.mac);
     if !mac_ok || cp.v != CHECKPOINT_VERSION || cp.len > file_len {
         return false;
     }
@@ -961,7 +970,9 @@ fn parse_chain_from(
         return Ok(entries);
     }
     if !bytes.ends_with(b"\n") {
-        let line = first_line + bytes.iter().filter(|b| **b == b'\n').count() + 1;
+        let line = first_line
+            .saturating_add(bytes.iter().filter(|b| **b == b'\n').count())
+            .saturating_add(1);
         return Err(corrupt(
             line,
             "torn record: the last line is incomplete".into(),
@@ -969,7 +980,7 @@ fn parse_chain_from(
     }
     let body = &bytes[..bytes.len() - 1];
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
-        let n = first_line + i + 1;
+        let n = first_line.saturating_add(i).saturating_add(1);
         let record: Record = serde_json::from_slice(line)
             .map_err(|e| corrupt(n, format!("unreadable record: {e}")))?;
         if record.v != JOURNAL_VERSION {
@@ -1300,7 +1311,7 @@ fn check_checkpoint(path: &Path, bytes: &[u8], entries: &[Entry], a: &mut Audit)
         Some(key) if checkpoint_trusted(&cp, &key, bytes) => {}
         Some(key)
             if cp.v == CHECKPOINT_VERSION
-                && hex::decode(&cp.mac).is_ok_and(|m| m == hmac_sha256(&key, &cp.mac_input())) =>
+                && hmac_matches(&key, &cp.mac_input(), &cp.mac) =>
         {
             a.problems.push(format!(
                 "{what} is authentic but the journal no longer matches it: records before its end were removed or edited (admission refuses the journal)"
@@ -1354,6 +1365,53 @@ fn summary_difference(derived: &Summary, claimed: &Summary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `hmac` crate gives the textbook HMAC-SHA256 (RFC 2104) the
+    /// checkpoints and manifest indexes were MAC'd with before it: existing
+    /// state dirs keep verifying.
+    #[test]
+    fn hmac_is_the_textbook_construction_and_verifies_in_constant_time() {
+        use sha2::{Digest, Sha256};
+        let key = [7u8; 32];
+        for msg in [&b""[..], b"checkpoint", &[0xffu8; 200][..]] {
+            let mut ipad = [0x36u8; 64];
+            let mut opad = [0x5cu8; 64];
+            for (i, k) in key.iter().enumerate() {
+                ipad[i] ^= k;
+                opad[i] ^= k;
+            }
+            let inner = Sha256::new()
+                .chain_update(ipad)
+                .chain_update(msg)
+                .finalize();
+            let want: [u8; 32] = Sha256::new()
+                .chain_update(opad)
+                .chain_update(inner)
+                .finalize()
+                .into();
+            assert_eq!(hmac_sha256(&key, msg), want);
+            assert!(hmac_matches(&key, msg, &hex::encode(want)));
+            let mut bad = want;
+            bad[31] ^= 1;
+            assert!(!hmac_matches(&key, msg, &hex::encode(bad)));
+            assert!(!hmac_matches(&key, msg, "zz"));
+            assert!(!hmac_matches(&key, msg, &hex::encode(&want[..31])));
+        }
+    }
+
+    /// A forged checkpoint claiming `usize::MAX` lines panicked a debug
+    /// build (add with overflow while numbering the tail's lines).
+    #[test]
+    fn a_checkpoint_claiming_the_most_lines_does_not_panic() {
+        let c = Checkpoint {
+            v: CHECKPOINT_VERSION,
+            len: 0,
+            lines: usize::MAX,
+            summary: Summary::new(),
+            mac: String::new(),
+        };
+        crate::testing::fuzzing::checkpoint(&serde_json::to_vec(&c).unwrap());
+    }
 
     fn revocation(i: usize) -> Event {
         Event::Revocation {
