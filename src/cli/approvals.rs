@@ -299,6 +299,7 @@ fn entry_args(
         fs_read: e.fs_read.iter().map(|p| from_file(base, p)).collect(),
         no_network: e.no_network,
         allow_net: e.allow_net.clone().unwrap_or_default(),
+        daemon_sockets: e.daemon_socket.clone().unwrap_or_default(),
         pid_namespace: e.pid_namespace,
         max_executable_size: a.max_executable_size,
         request: None,

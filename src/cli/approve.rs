@@ -52,6 +52,8 @@ pub struct ApproveArgs {
     pub no_network: bool,
     /// `--allow-net HOST[:PORT]` entries as given (CONTRACT §8).
     pub allow_net: Vec<String>,
+    /// `--daemon-socket PATH` (repeatable).
+    pub daemon_sockets: Vec<String>,
     pub pid_namespace: bool,
     pub max_executable_size: u64,
     pub request: Option<String>,
@@ -99,6 +101,7 @@ impl ApproveArgs {
             fs_read: a.fs_read,
             no_network: a.no_network,
             allow_net: a.allow_net,
+            daemon_sockets: a.daemon_socket,
             pid_namespace: a.pid_namespace,
             max_executable_size: a.max_executable_size,
             request: a.request,
@@ -378,7 +381,15 @@ pub fn lease_body(
             ));
         }
     }
+    for s in &a.daemon_sockets {
+        if !Path::new(s).is_absolute() || s.contains('\0') {
+            return Err(format!(
+                "--daemon-socket {s:?}: give the socket's absolute path"
+            ));
+        }
+    }
     let isolation = IsolationRequest {
+        daemon_sockets: a.daemon_sockets.clone(),
         as_user: a.as_user.as_deref().map(parse_user).transpose()?,
         fs_write,
         fs_read,
@@ -708,6 +719,14 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         .as_user
         .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
     line("boundary", boundary_text(&b.isolation, uid, None, None));
+    if b.portable.is_some() && b.isolation.fs_write.is_some() {
+        // The workspace of a portable lease is whatever `run --workspace`
+        // names: the write scope goes with it.
+        line(
+            "note",
+            "this lease is portable: its write scope is the directory `run --workspace` names (default: the runner's current directory), not this workspace; whoever invokes run chooses which directory the child may write".into(),
+        );
+    }
     let here = Machine {
         euid: nix::unistd::geteuid().as_raw(),
         admin: crate::os::sys::has_effective_capability(21),
@@ -794,6 +813,7 @@ mod tests {
             no_network: false,
             pid_namespace: false,
             allow_net: vec![],
+            daemon_sockets: vec![],
         }
     }
 

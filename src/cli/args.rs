@@ -249,7 +249,7 @@ pub struct ApproveCmd {
     #[arg(long, value_name = "APPROVALS.toml", conflicts_with_all = [
         "profile", "cwd", "wall_time", "kill_grace", "cancel_grace", "cpu_time", "memory",
         "max_processes", "max_open_files", "max_file_size", "keep_output", "output_cap",
-        "env", "as_user", "fs_write", "fs_write_scope", "fs_read", "no_network", "allow_net",
+        "env", "as_user", "fs_write", "fs_write_scope", "fs_read", "no_network", "allow_net", "daemon_socket",
         "pid_namespace", "portable", "ledger", "ledger_owner", "request", "command", "ttl", "uses",
     ])]
     pub file: Option<PathBuf>,
@@ -341,6 +341,13 @@ pub struct ApproveCmd {
     /// exact names or IP literals, no wildcards) [default: none].
     #[arg(long, value_name = "HOST[:PORT]", conflicts_with = "no_network")]
     pub allow_net: Vec<String>,
+    /// The socket of another daemon that acts for whoever connects (beyond
+    /// docker, containerd, podman, cri-o, buildkit, systemd, the system
+    /// D-Bus and libvirt): covered in the child's mount namespace where one
+    /// is made, else stated in the receipt's reach (repeatable) [default:
+    /// the built-in list only].
+    #[arg(long, value_name = "PATH")]
+    pub daemon_socket: Vec<String>,
     /// The child is PID 1 of its own PID namespace [default: off].
     #[arg(long)]
     pub pid_namespace: bool,

@@ -106,9 +106,11 @@ pub struct Entry {
     pub no_network: bool,
     #[serde(default)]
     pub pid_namespace: bool,
-    /// `approve --allow-net HOST[:PORT]` (CONTRACT §8). Part of the shape;
-    /// refused by a build whose leases have no egress allowlist.
+    /// `approve --allow-net HOST[:PORT]` (CONTRACT §8).
     pub allow_net: Option<Vec<String>>,
+    /// `--daemon-socket`: more daemon sockets in the child's reach.
+    #[serde(default)]
+    pub daemon_socket: Option<Vec<String>>,
 }
 
 /// A parsed file, with the line of each `[[command]]` entry.

@@ -327,6 +327,12 @@ pub struct IsolationRequest {
     /// leases from before v1.2).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_net: Vec<String>,
+    /// More sockets of daemons that act for whoever connects, beyond the
+    /// built-in list (`gate::reach::DAEMON_SOCKETS`): each is a channel of
+    /// the child's reach, covered or stated (CONTRACT §7). Absolute paths;
+    /// absent in leases that name none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub daemon_sockets: Vec<String>,
 }
 
 // ---------------------------------------------------------------- lease, manifest

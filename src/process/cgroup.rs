@@ -112,12 +112,14 @@ impl Group {
         }
     }
 
-    fn pids(&self) -> Vec<i32> {
-        fs::read_to_string(self.dir.join("cgroup.procs"))
-            .unwrap_or_default()
+    /// The group's members; an unreadable `cgroup.procs` is an error, never
+    /// "empty" (a child that lowered the runner's RLIMIT_NOFILE must not make
+    /// a full group read as gone).
+    fn pids(&self) -> std::io::Result<Vec<i32>> {
+        Ok(fs::read_to_string(self.dir.join("cgroup.procs"))?
             .split_whitespace()
             .filter_map(|p| p.parse().ok())
-            .collect()
+            .collect())
     }
 
     /// Whether this (v1) group's hierarchy carries `controller`.
@@ -594,22 +596,22 @@ impl RunCgroups {
         }
     }
 
-    /// Processes still in any of the run's cgroups.
-    pub fn members(&self) -> Vec<i32> {
-        let mut v: Vec<i32> = [&self.pids, &self.track]
-            .into_iter()
-            .flatten()
-            .flat_map(Group::pids)
-            .collect();
+    /// Processes still in any of the run's cgroups, or the error that kept
+    /// one group from being read.
+    pub fn members(&self) -> std::io::Result<Vec<i32>> {
+        let mut v = Vec::new();
+        for g in [&self.pids, &self.track].into_iter().flatten() {
+            v.extend(g.pids()?);
+        }
         v.sort_unstable();
         v.dedup();
-        v
+        Ok(v)
     }
 
     /// SIGKILL every member through a pidfd, after checking (on the pidfd's
     /// process) that it is still in one of our groups. Covers the v1-only case.
     pub fn kill_members(&self) {
-        for pid in self.members() {
+        for pid in self.members().unwrap_or_default() {
             let Ok(fd) = crate::os::sys::pidfd_open(pid) else {
                 continue;
             };
@@ -621,11 +623,14 @@ impl RunCgroups {
         }
     }
 
-    /// `populated 0` in the v2 group's `cgroup.events` (None without one).
-    pub fn populated(&self) -> Option<bool> {
+    /// `populated 1` in the v2 group's `cgroup.events` (None without one;
+    /// an unreadable file is an error, never "not populated").
+    pub fn populated(&self) -> Option<std::io::Result<bool>> {
         let g = self.track.as_ref()?;
-        let events = fs::read_to_string(g.dir.join("cgroup.events")).ok()?;
-        Some(events.lines().any(|l| l.trim() == "populated 1"))
+        Some(
+            fs::read_to_string(g.dir.join("cgroup.events"))
+                .map(|events| events.lines().any(|l| l.trim() == "populated 1")),
+        )
     }
 }
 

@@ -373,7 +373,7 @@ pub fn prepare(
     let ns = enter_namespaces(req.no_network, &req.allow_net, req.pid_namespace)?;
     // The daemons this child could ask to act for it, found before the
     // mount namespace is planned (it covers them).
-    let sockets = reach::daemon_sockets(child_uid, euid, &[]);
+    let sockets = reach::daemon_sockets(child_uid, euid, &req.daemon_sockets);
     // A root runner under isolation gives the child its own mount namespace
     // (the child is root until it drops to --as-user, and a uid-0 child stays
     // root): the runner's key and state dir, cgroupfs and host devices are

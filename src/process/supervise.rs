@@ -540,34 +540,48 @@ struct Node {
     ppid: i32,
 }
 
-fn children_of(pid: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
+/// The children of every thread of `pid`. A process that is gone reads as
+/// having none; any other failure (this runner's own `/proc` entry, a file
+/// table a child emptied by lowering the runner's RLIMIT_NOFILE) is an
+/// error, so that the tree is never "observed empty" because it could not
+/// be read.
+fn children_of(pid: i32) -> std::io::Result<Vec<i32>> {
+    let me = std::process::id() as i32;
+    let vanished = |e: &std::io::Error| {
+        pid != me && matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH))
     };
-    for t in tasks.flatten() {
-        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
-            out.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+    let mut out = Vec::new();
+    let tasks = match std::fs::read_dir(format!("/proc/{pid}/task")) {
+        Ok(t) => t,
+        Err(e) if vanished(&e) => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for t in tasks {
+        let t = t?;
+        match std::fs::read_to_string(t.path().join("children")) {
+            Ok(s) => out.extend(s.split_whitespace().filter_map(|p| p.parse::<i32>().ok())),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => {}
+            Err(e) => return Err(e),
         }
     }
-    out
+    Ok(out)
 }
 
 /// Every descendant of this process, breadth first.
-fn descendants() -> Vec<Node> {
+fn descendants() -> std::io::Result<Vec<Node>> {
     let me = std::process::id() as i32;
     let mut out = Vec::new();
     let mut queue = vec![me];
     let mut seen = HashSet::new();
     while let Some(parent) = queue.pop() {
-        for pid in children_of(parent) {
+        for pid in children_of(parent)? {
             if seen.insert(pid) {
                 out.push(Node { pid, ppid: parent });
                 queue.push(pid);
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// `(state, ppid)` from `/proc/PID/stat`.
@@ -601,7 +615,7 @@ fn signal_node(node: Node, sig: Signal) -> bool {
 fn terminate_tree(main: Pid, sig: Signal) {
     let _ = killpg(main, sig);
     let _ = killpg(main, Signal::SIGCONT);
-    for node in descendants() {
+    for node in descendants().unwrap_or_default() {
         let Ok(fd) = sys::pidfd_open(node.pid) else {
             continue;
         };
@@ -619,7 +633,7 @@ fn terminate_tree(main: Pid, sig: Signal) {
 /// Reap zombies among our direct children other than the main process.
 fn reap_strays(main: Pid) {
     let me = std::process::id() as i32;
-    for pid in children_of(me) {
+    for pid in children_of(me).unwrap_or_default() {
         if pid != main.as_raw() {
             let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
         }
@@ -646,7 +660,7 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
         // Fast path: while the v2 group itself says it is populated, the run
         // is not gone; kill through it and reap without walking /proc (the
         // first pass has already counted everything alive).
-        if !first && cgroups.populated() == Some(true) && Instant::now() < end {
+        if !first && matches!(cgroups.populated(), Some(Ok(true))) && Instant::now() < end {
             cgroups.kill();
             reap_strays(main);
             std::thread::sleep(pause);
@@ -654,16 +668,27 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
             continue;
         }
         first = false;
-        for m in cgroups.members() {
-            if m != main.as_raw() && proc_state(m).is_some_and(|(st, _)| st != 'Z') {
-                seen_alive.insert(m);
+        // Whether some witness could not be read in this pass: then nothing
+        // is observed gone, whatever the others say.
+        let mut blind = false;
+        match cgroups.members() {
+            Ok(ms) => {
+                for m in ms {
+                    if m != main.as_raw() && proc_state(m).is_some_and(|(st, _)| st != 'Z') {
+                        seen_alive.insert(m);
+                    }
+                }
             }
+            Err(_) => blind = true,
         }
         cgroups.kill();
         if !cgroups.has_kill() {
             cgroups.kill_members();
         }
-        let tree = descendants();
+        let tree = descendants().unwrap_or_else(|_| {
+            blind = true;
+            Vec::new()
+        });
         let mut present = Vec::new();
         for node in &tree {
             if node.pid == main.as_raw() {
@@ -678,15 +703,24 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
         let main_done = main_has_exited(main);
         // The cgroups are a second, independent witness: a process that is
         // not in our tree but still in the run's cgroup is not gone.
-        let members: Vec<i32> = cgroups
-            .members()
-            .into_iter()
-            .filter(|p| *p != main.as_raw())
-            .collect();
-        let populated = cgroups.populated().unwrap_or(false);
+        let members: Vec<i32> = match cgroups.members() {
+            Ok(ms) => ms.into_iter().filter(|p| *p != main.as_raw()).collect(),
+            Err(_) => {
+                blind = true;
+                Vec::new()
+            }
+        };
+        let populated = match cgroups.populated() {
+            None => false,
+            Some(Ok(p)) => p,
+            Some(Err(_)) => {
+                blind = true;
+                true
+            }
+        };
         let known: HashSet<i32> = present.iter().copied().collect();
         present.extend(members.into_iter().filter(|m| !known.contains(m)));
-        if present.is_empty() && main_done && !populated {
+        if present.is_empty() && main_done && !populated && !blind {
             return Cleanup {
                 state: CleanupState::Gone,
                 mechanism: mechanism.clone(),

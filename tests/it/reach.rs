@@ -237,3 +237,86 @@ fn an_isolated_child_cannot_touch_the_ledger_dir_its_lease_names() {
     let again = e.run(&[], &probe);
     again.assert_refused("lease_exhausted");
 }
+
+/// A socket the approver names (`--daemon-socket`) is one more channel of
+/// the reach: covered for an isolated root child, stated in the receipt.
+#[test]
+fn a_daemon_socket_the_approver_names_is_covered_and_stated() {
+    if !is_root() {
+        skip!("a_daemon_socket_the_approver_names_is_covered_and_stated: needs root (CI runs as root)");
+        return;
+    }
+    let e = Env::new();
+    let sock = e.path("agent.sock");
+    let sock_s = sock.display().to_string();
+    // A stand-in daemon that answers every connection.
+    let mut daemon = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1]); s.listen(8)\nwhile True:\n  c,_=s.accept(); c.sendall(b'200 DAEMON'); c.close()",
+            &sock_s,
+        ])
+        .spawn()
+        .expect("daemon");
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let script = ping_probe(&sock_s);
+    let probe = ["sh", "-c", script.as_str()];
+    // The control: without naming it, an isolated root child reaches it.
+    e.approve(&["--no-network", "--uses", "2"], &probe);
+    let r = e.run(&[], &probe);
+    assert!(
+        r.stdout_text().contains("DAEMON-ANSWERED"),
+        "control: {}",
+        r.stdout_text()
+    );
+    // Named: covered, and the receipt says so.
+    e.approve(&["--no-network", "--daemon-socket", &sock_s], &probe);
+    let r = e.run(&[], &probe);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert!(
+        !r.stdout_text().contains("DAEMON-ANSWERED"),
+        "{}",
+        r.stdout_text()
+    );
+    let entry = r.predicate()["isolation"]["reach"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|x| {
+                    x["path"]
+                        .as_str()
+                        .is_some_and(|p| p.ends_with("agent.sock"))
+                })
+                .cloned()
+        })
+        .expect("the named socket's reach entry");
+    assert_eq!(entry["reachable"], false, "{entry}");
+    assert!(
+        entry["how"]
+            .as_str()
+            .unwrap_or("")
+            .contains("named by the approver"),
+        "{entry}"
+    );
+    // A relative path is refused at approve.
+    let o = output(e.approve_cmd(&["--daemon-socket", "agent.sock"], &probe));
+    assert_eq!(o.status.code(), Some(2));
+}
+
+/// A portable lease's write scope follows `run --workspace`: the summary
+/// says so where the approver decides.
+#[test]
+fn a_portable_write_scope_says_it_follows_the_workspace_run_names() {
+    let e = Env::new();
+    let o = output(e.approve_cmd(&["--portable", "--fs-write-scope"], &["true"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = String::from_utf8_lossy(&o.stderr);
+    assert!(summary.contains("`run --workspace` names"), "{summary}");
+}
