@@ -144,3 +144,92 @@ fn a_hard_link_to_the_docker_socket_is_not_covered() {
         assert_receipt_admits_reach(&e, &r, "the child connected to dockerd through a hard link");
     }
 }
+
+/// The child lowers the runner's RLIMIT_NOFILE with prlimit(2) (same uid,
+/// or uid 0 for a root child: no capability needed, and neither Landlock's
+/// signal scope nor the non-dumpable runner stops it), then leaves a
+/// process behind in its own session. The runner can open neither the
+/// cgroup files nor /proc/PID/task/*/children, and signs `cleanup.state:
+/// gone`, `no_leftover_processes` met, `evadable: false`.
+fn prlimit_then_leave_a_process(e: &Env) -> String {
+    let pidfile = e.ws.join("left.pid");
+    format!(
+        "prlimit --pid $PPID --nofile=4:4; setsid sh -c 'echo $$ > {p}; exec sleep 300' </dev/null >/dev/null 2>&1 & sleep 0.3; exit 0",
+        p = pidfile.display()
+    )
+}
+
+const CLEANUP_GOAL: &str = r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+  "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#;
+
+fn assert_leftover_not_hidden(e: &Env, o: &std::process::Output) {
+    let left = e.ws.join("left.pid");
+    let pid: i32 = std::fs::read_to_string(&left)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let alive = pid > 0 && pid_alive(pid);
+    if alive {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    if !alive || o.stdout.is_empty() {
+        return;
+    }
+    let r = finish_run(o.clone());
+    let receipt = e.path("attack-r.json");
+    std::fs::write(&receipt, &r.stdout).expect("save");
+    let v = output(e.verify_strict_cmd(&receipt, &e.runner_pub()));
+    let v = String::from_utf8_lossy(&v.stdout).to_string();
+    assert_ne!(
+        v.lines().next(),
+        Some("VERIFIED_DONE"),
+        "pid {pid} was left running, yet verify accepts no_leftover_processes: cleanup {} / stderr {}",
+        r.predicate()["cleanup"],
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn an_isolated_root_child_prlimits_the_runner_and_hides_a_leftover_process() {
+    if !is_root() {
+        skip!(
+            "an_isolated_root_child_prlimits_the_runner_and_hides_a_leftover_process: needs root"
+        );
+        return;
+    }
+    let e = Env::new();
+    e.set_goal(CLEANUP_GOAL);
+    let script = prlimit_then_leave_a_process(&e);
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--fs-write-scope"], &probe);
+    let o = output(e.run_cmd(&[], &probe));
+    assert_leftover_not_hidden(&e, &o);
+}
+
+#[test]
+fn a_same_uid_child_prlimits_a_non_root_runner_and_hides_a_leftover_process() {
+    if !is_root() {
+        skip!("a_same_uid_child_prlimits_a_non_root_runner…: needs root for setpriv");
+        return;
+    }
+    let e = Env::new();
+    e.set_goal(CLEANUP_GOAL);
+    let script = prlimit_then_leave_a_process(&e);
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--fs-write-scope"], &probe);
+    let bin = nobody_copy_of_binary(&e);
+    let inner = e.run_cmd(&[], &probe);
+    let mut c = as_nobody(&bin, &inner);
+    c.env("HOME", e.dir.path());
+    let o = output_settled(c);
+    if String::from_utf8_lossy(&o.stderr).contains("isolation_unavailable") {
+        skip!(
+            "a_same_uid_child_prlimits_a_non_root_runner…: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        return;
+    }
+    assert_leftover_not_hidden(&e, &o);
+}
