@@ -233,3 +233,50 @@ fn a_same_uid_child_prlimits_a_non_root_runner_and_hides_a_leftover_process() {
     }
     assert_leftover_not_hidden(&e, &o);
 }
+
+/// `--stream` under GitHub Actions fences the child's bytes with
+/// `::stop-commands::TOKEN` … `::TOKEN::`, but the runner drops the fence
+/// once DRAIN_BOUND passes, while a drain thread still mirrors a pipe held
+/// by a process that outlived the run (here one the prlimit attack left
+/// behind): its `::error::` lines after `::TOKEN::` are workflow commands.
+#[test]
+fn a_leftover_process_writes_workflow_commands_after_the_stream_fence() {
+    if !is_root() {
+        skip!("a_leftover_process_writes_workflow_commands_after_the_stream_fence: needs root");
+        return;
+    }
+    let e = Env::new();
+    let pidfile = e.ws.join("left.pid");
+    let script = format!(
+        "prlimit --pid $PPID --nofile=5:5; setsid sh -c 'echo $$ > {p}; while :; do echo ::error::INJECTED; sleep 0.01; done' & exit 0",
+        p = pidfile.display()
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--fs-write-scope"], &probe);
+    let mut c = e.run_cmd(&["--stream"], &probe);
+    c.env("GITHUB_ACTIONS", "true");
+    let o = output(c);
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    if pid > 0 {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    let resumed = err
+        .lines()
+        .position(|l| l.starts_with("::governed-exec-") && l.ends_with("::"));
+    let after = resumed.map_or(0, |i| {
+        err.lines()
+            .skip(i + 1)
+            .filter(|l| l.contains("::error::INJECTED"))
+            .count()
+    });
+    assert_eq!(
+        after, 0,
+        "{after} child lines reached the log after the fence was lifted"
+    );
+}
