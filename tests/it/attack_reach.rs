@@ -280,3 +280,58 @@ fn a_leftover_process_writes_workflow_commands_after_the_stream_fence() {
         "{after} child lines reached the log after the fence was lifted"
     );
 }
+
+/// `--allow-net NAME:443` and a uid-0 child (isolation through the lease's
+/// network option: CAP_DAC_OVERRIDE, no write scope): the proxy reads the
+/// runner's /etc/hosts at every CONNECT, and the child may write it, so
+/// the child picks the address behind the approved name. The receipt then
+/// records an allowed connection to the listed entry, at an address the
+/// child chose.
+#[test]
+fn an_isolated_root_child_chooses_the_address_behind_an_allowed_name() {
+    if !is_root() {
+        skip!("an_isolated_root_child_chooses_the_address_behind_an_allowed_name: needs root");
+        return;
+    }
+    let name = format!("ge-attack-{}.invalid", std::process::id());
+    let line = format!("203.0.113.9 {name}");
+    let script = format!(
+        "echo '{line}' >> /etc/hosts; curl -s -m 5 -x \"$HTTPS_PROXY\" https://{name}/ -o /dev/null; exit 0"
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    let e = Env::new();
+    let allow = format!("{name}:443");
+    e.approve(&["--allow-net", &allow], &probe);
+    let r = e.run(&[], &probe);
+    // Put /etc/hosts back as it was: drop the planted line only.
+    if let Ok(hosts) = std::fs::read_to_string("/etc/hosts") {
+        if hosts.contains(&line) {
+            let kept: String = hosts
+                .lines()
+                .filter(|l| *l != line)
+                .map(|l| format!("{l}\n"))
+                .collect();
+            let _ = std::fs::write("/etc/hosts", kept);
+        }
+    }
+    if r.reason() == "isolation_unavailable" {
+        skip!(
+            "an_isolated_root_child_chooses_the_address_behind_an_allowed_name: {}",
+            r.stderr
+        );
+        return;
+    }
+    let dialled: Vec<String> = r.predicate()["network"]["connections"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["address"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !dialled.iter().any(|a| a == "203.0.113.9"),
+        "the proxy dialled the address the child wrote into /etc/hosts: {}",
+        r.predicate()["network"]
+    );
+}
