@@ -335,3 +335,53 @@ fn an_isolated_root_child_chooses_the_address_behind_an_allowed_name() {
         r.predicate()["network"]
     );
 }
+
+/// Root runner, `--as-user 65534:<docker gid> --no-network`: the child gets
+/// a mount namespace where the Docker socket is covered, but no Landlock
+/// guard and no fresh /proc. Any host process of the same uid and gid (here
+/// one the test starts, standing for a CI agent's own processes) is
+/// ptrace-readable by the child, and `/proc/PID/root` resolves in the
+/// host's mount namespace, past every cover.
+#[test]
+fn an_as_user_child_reaches_docker_through_a_host_process_root() {
+    if !is_root() {
+        skip!("an_as_user_child_reaches_docker_through_a_host_process_root: needs root");
+        return;
+    }
+    let Ok(meta) = std::fs::metadata(DOCKER_SOCK) else {
+        skip!("an_as_user_child_reaches_docker_through_a_host_process_root: no {DOCKER_SOCK}");
+        return;
+    };
+    let gid = meta.gid().to_string();
+    let Ok(mut host) = std::process::Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            &gid,
+            "--clear-groups",
+            "sleep",
+            "60",
+        ])
+        .spawn()
+    else {
+        skip!("an_as_user_child_reaches_docker_through_a_host_process_root: no setpriv");
+        return;
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let sock = format!("/proc/{}/root/run/docker.sock", host.id());
+    let script = format!(
+        "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{sock}'); s.sendall(b'GET /_ping HTTP/1.0\\r\\n\\r\\n'); print('DAEMON-ANSWERED' if b'200' in s.recv(64) else 'NO')\" 2>&1; exit 0"
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    let e = Env::new();
+    let as_user = format!("65534:{gid}");
+    e.approve(&["--as-user", &as_user, "--no-network"], &probe);
+    let r = e.run(&[], &probe);
+    let _ = host.kill();
+    let _ = host.wait();
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    if r.stdout_text().contains("DAEMON-ANSWERED") {
+        assert_receipt_admits_reach(&e, &r, "the child reached dockerd through /proc/PID/root");
+    }
+}
