@@ -102,6 +102,10 @@ fn an_isolated_root_child_reads_the_runner_key_through_dockers_containerd() {
         .args(["--address", DOCKER_CONTAINERD_SOCK, "-n", "ge-attack"])
         .args(["containers", "rm", &id])
         .output();
+    let _ = std::process::Command::new("ctr")
+        .args(["--address", DOCKER_CONTAINERD_SOCK])
+        .args(["namespaces", "rm", "ge-attack"])
+        .output();
     assert_eq!(r.class(), "exited", "{}", r.stderr);
     let key = std::fs::read_to_string(e.state.join("runner.key")).expect("runner key");
     if r.stdout_text().contains(key.trim()) {
