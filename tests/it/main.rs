@@ -8,6 +8,7 @@ mod support;
 mod approvals;
 mod attack_identity;
 mod attack_outcomes;
+mod attack_reach;
 mod ci_flow;
 mod ci_summary;
 mod containers;
