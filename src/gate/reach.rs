@@ -163,6 +163,7 @@ pub fn daemon_sockets(uid: u32, runner_uid: u32, extra: &[String]) -> Vec<(PathB
             .iter()
             .map(|p| (PathBuf::from(p), "named by the approver".to_string())),
     );
+    candidates.extend(listening_daemon_sockets());
     let mut out: Vec<(PathBuf, String)> = Vec::new();
     for (p, d) in candidates {
         let Ok(canonical) = p.canonicalize() else {
@@ -171,6 +172,41 @@ pub fn daemon_sockets(uid: u32, runner_uid: u32, extra: &[String]) -> Vec<(PathB
         let is_socket = std::fs::metadata(&canonical).is_ok_and(|m| m.file_type().is_socket());
         if is_socket && !out.iter().any(|(q, _)| *q == canonical) {
             out.push((canonical, d));
+        }
+    }
+    out
+}
+
+/// Words in a listening socket's path that name a daemon of the list's kind,
+/// wherever it put its socket (Docker's own containerd listens at
+/// `/run/docker/containerd/containerd.sock`, not containerd's usual path).
+const DAEMON_WORDS: &[(&str, &str)] = &[
+    ("containerd", "containerd"),
+    ("docker", "docker"),
+    ("podman", "podman"),
+    ("crio", "cri-o"),
+    ("buildkit", "buildkit"),
+    ("libvirt", "libvirt"),
+];
+
+/// Listening path sockets of this network namespace (`/proc/net/unix`,
+/// flag `__SO_ACCEPTCON`) whose path names a daemon of [`DAEMON_WORDS`].
+fn listening_daemon_sockets() -> Vec<(PathBuf, String)> {
+    const ACCEPTCON: u32 = 0x0001_0000;
+    let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let (Some(flags), Some(path)) = (cols.get(3), cols.get(7)) else {
+            continue;
+        };
+        let listening = u32::from_str_radix(flags, 16).is_ok_and(|f| f & ACCEPTCON != 0);
+        if !listening || !path.starts_with('/') {
+            continue;
+        }
+        let lower = path.to_ascii_lowercase();
+        if let Some((_, daemon)) = DAEMON_WORDS.iter().find(|(w, _)| lower.contains(w)) {
+            out.push((PathBuf::from(path), daemon.to_string()));
         }
     }
     out

@@ -370,10 +370,12 @@ pub fn prepare(
     // with CLONE_NEWPID), for which this checks that we hold what it needs:
     // directly, through a user namespace, or (--no-network only) a seccomp
     // socket filter.
-    let ns = enter_namespaces(req.no_network, &req.allow_net, req.pid_namespace)?;
     // The daemons this child could ask to act for it, found before the
-    // mount namespace is planned (it covers them).
+    // mount namespace is planned (it covers them) and before the network
+    // namespace is entered (`/proc/net/unix` lists the listening sockets of
+    // the namespace one is in).
     let sockets = reach::daemon_sockets(child_uid, euid, &req.daemon_sockets);
+    let ns = enter_namespaces(req.no_network, &req.allow_net, req.pid_namespace)?;
     // A root runner under isolation gives the child its own mount namespace
     // (the child is root until it drops to --as-user, and a uid-0 child stays
     // root): the runner's key and state dir, cgroupfs and host devices are
@@ -545,6 +547,10 @@ struct ReachInputs<'a> {
 /// child's (a file by `/dev/null`, a directory by an empty tmpfs).
 fn covered(plan: Option<&MountPlan>, path: &Path, dir: bool) -> bool {
     let Some(plan) = plan else { return false };
+    // Covers go by path: a second hard link elsewhere is not covered.
+    if !dir && std::fs::metadata(path).map_or(true, |m| m.nlink() != 1) {
+        return false;
+    }
     let aliases = reach::aliases(path, &reach::mounts()).unwrap_or_default();
     let set = if dir {
         &plan.cover_dirs
@@ -563,6 +569,13 @@ fn covered(plan: Option<&MountPlan>, path: &Path, dir: bool) -> bool {
 fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
     let ids = inp.ids;
     let who = ids.describe();
+    // A cover holds only where the child cannot look at the host's mount
+    // namespace through `/proc/<pid>/root` of a host process it may
+    // ptrace (one of its own uid): a fresh /proc of its PID namespace, or
+    // the Landlock guard (no ptrace out of its domain). An `--as-user`
+    // child has neither unless the lease asks for `--pid-namespace`.
+    let covers_hold = inp.guard.is_some() || inp.plan.is_some_and(|p| p.fresh_proc);
+    let plan = inp.plan.filter(|_| covers_hold);
     let entry = |channel: &str, path: Option<&Path>, reachable: bool, how: String| ReachEntry {
         channel: channel.into(),
         path: path.map(|p| p.display().to_string()),
@@ -574,7 +587,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
         let Ok(meta) = std::fs::metadata(sock) else {
             continue;
         };
-        let e = if covered(inp.plan, sock, false) {
+        let e = if covered(plan, sock, false) {
             entry(
                 "daemon_socket",
                 Some(sock),
@@ -614,7 +627,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
         };
-        let e = if covered(inp.plan, path, dir) {
+        let e = if covered(plan, path, dir) {
             entry(
                 channel,
                 Some(path),

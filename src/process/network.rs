@@ -203,6 +203,12 @@ struct Shared {
     open: Mutex<HashMap<u64, Vec<TcpStream>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
     next_id: AtomicU64,
+    /// `/etc/hosts` and `/etc/resolv.conf` as they were when the proxy
+    /// started, before the child existed: a child that may write them (a
+    /// uid-0 child without a write scope) cannot choose the address behind
+    /// an approved name.
+    hosts: String,
+    resolv: String,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -275,6 +281,8 @@ impl Proxy {
             open: Mutex::new(HashMap::new()),
             workers: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
+            hosts: std::fs::read_to_string("/etc/hosts").unwrap_or_default(),
+            resolv: std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
         });
         let (listener_tx, listener_rx) = mpsc::channel::<TcpListener>();
         let s = Arc::clone(&shared);
@@ -645,17 +653,13 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
     let bare = ask.host.trim_start_matches('[').trim_end_matches(']');
     let addrs = match bare.parse::<IpAddr>() {
         Ok(ip) => vec![ip],
-        Err(_) => {
-            let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-            let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-            match resolve::resolve(bare, &hosts, &resolv) {
-                Ok(a) => a,
-                Err(e) => {
-                    let body = format!("governed-exec: cannot resolve {}: {e}\n", ask.host);
-                    return deny(client, conn, 502, "Bad Gateway", body, "resolution_failed");
-                }
+        Err(_) => match resolve::resolve(bare, &s.hosts, &s.resolv) {
+            Ok(a) => a,
+            Err(e) => {
+                let body = format!("governed-exec: cannot resolve {}: {e}\n", ask.host);
+                return deny(client, conn, 502, "Bad Gateway", body, "resolution_failed");
             }
-        }
+        },
     };
     let own = lock(&s.own).clone();
     let mut refused = None;

@@ -171,7 +171,27 @@ impl Drop for CommandFence {
 /// buffer that drains each.
 const OUTPUT_PIPE_BYTES: libc::c_int = 1 << 20;
 
-fn drain(mut pipe: File, keep: u64, budget: Arc<OutputBudget>, mirror: Mirror) -> StreamCapture {
+/// Whether the mirror may still write to the log: closed once supervision
+/// is over (before the `--stream` fence is lifted), so a process outside the
+/// run that still holds a pipe cannot write past it. Held while writing.
+type MirrorGate = Arc<std::sync::Mutex<bool>>;
+
+/// Closes the mirror when supervision returns, whichever way it returns.
+struct GateCloser(MirrorGate);
+
+impl Drop for GateCloser {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    }
+}
+
+fn drain(
+    mut pipe: File,
+    keep: u64,
+    budget: Arc<OutputBudget>,
+    mirror: Mirror,
+    gate: MirrorGate,
+) -> StreamCapture {
     let mut cap = StreamCapture::new(keep);
     let mut buf = vec![0u8; OUTPUT_PIPE_BYTES as usize];
     loop {
@@ -180,7 +200,9 @@ fn drain(mut pipe: File, keep: u64, budget: Arc<OutputBudget>, mirror: Mirror) -
             Ok(n) => {
                 cap.push(&buf[..n]);
                 budget.add(n as u64);
+                let open = gate.lock().unwrap_or_else(|p| p.into_inner());
                 match mirror {
+                    _ if !*open => {}
                     Mirror::Off => {}
                     Mirror::Raw => {
                         let _ = std::io::stderr().lock().write_all(&buf[..n]);
@@ -298,14 +320,17 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         notify: File::from(note_w),
     });
     let (tx, rx) = mpsc::channel::<(usize, StreamCapture)>();
+    let gate: MirrorGate = Arc::new(std::sync::Mutex::new(true));
+    let _closer = GateCloser(gate.clone());
     for (idx, pipe) in [out_r, err_r].into_iter().enumerate() {
         let tx = tx.clone();
         let budget = budget.clone();
+        let gate = gate.clone();
         let keep = limits.keep_output_bytes;
         std::thread::Builder::new()
             .name(format!("drain-{idx}"))
             .spawn(move || {
-                let cap = drain(File::from(pipe), keep, budget, mirror);
+                let cap = drain(File::from(pipe), keep, budget, mirror, gate);
                 let _ = tx.send((idx, cap));
             })?;
     }
@@ -398,6 +423,9 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
             Err(_) => break,
         }
     }
+    // Supervision is over: whatever still holds a pipe writes no more to
+    // the log (the caller lifts the `--stream` fence next).
+    *gate.lock().unwrap_or_else(|p| p.into_inner()) = false;
     let [so, se] = streams;
     let finish = |c: Option<StreamCapture>| match c {
         Some(c) => c.finish(true),
