@@ -746,6 +746,41 @@ mod tests {
         lease::seal(body, key)
     }
 
+    /// Only a lease within its validity window and not revoked may still
+    /// run: the rule that keeps an expired, not-yet-valid or revoked lease
+    /// from making a request ambiguous (or from choosing its ledger).
+    #[test]
+    fn may_still_run_is_the_window_and_no_revocation() {
+        let key = SigningKey::from_bytes(&[1u8; 32]);
+        let l = lease("l", &key, 1_000, 1_060);
+        let mut m = Manifest {
+            schema: MANIFEST_SCHEMA.into(),
+            leases: vec![l.clone()],
+            revocations: vec![],
+            superseded: vec![],
+            foreign: vec![],
+        };
+        assert!(!may_still_run(&m, &l, at(999)), "not yet valid");
+        assert!(may_still_run(&m, &l, at(1_000)), "from issued_at");
+        assert!(may_still_run(&m, &l, at(1_059)));
+        assert!(!may_still_run(&m, &l, at(1_060)), "expired at expires_at");
+        m.revocations.push(crate::model::Revocation {
+            lease_id: "other".into(),
+            by: "t".into(),
+            at: "t".into(),
+        });
+        assert!(
+            may_still_run(&m, &l, at(1_030)),
+            "another lease's revocation"
+        );
+        m.revocations.push(crate::model::Revocation {
+            lease_id: "l".into(),
+            by: "t".into(),
+            at: "t".into(),
+        });
+        assert!(!may_still_run(&m, &l, at(1_030)), "revoked");
+    }
+
     fn decide(leases: Vec<Lease>, now: SystemTime) -> Refusal {
         let trusted = SigningKey::from_bytes(&[1u8; 32]);
         let manifest = Manifest {

@@ -165,3 +165,62 @@ pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, String> {
         sha256: sha256_hex(bytes),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn goal_with(criterion: &str) -> Result<LoadedGoal, String> {
+        let text = format!(
+            r#"{{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{criterion}]}}"#
+        );
+        from_bytes("goal.json", text.as_bytes())
+    }
+
+    /// `file` criteria name files of the workspace only: `verify` reads them
+    /// back, so a path that leaves the workspace would attest another file.
+    #[test]
+    fn file_criteria_stay_inside_the_workspace() {
+        for p in ["", "../x", "/etc/passwd", "a/../../b", "a/.."] {
+            let c = format!(r#"{{"kind":"file","path":{p:?},"exists":true}}"#);
+            let e = goal_with(&c)
+                .err()
+                .unwrap_or_else(|| panic!("{p:?} was accepted"));
+            assert!(e.contains("relative to the workspace"), "{p:?}: {e}");
+        }
+        for p in ["out/a.txt", "./x", "a/./b"] {
+            let c = format!(r#"{{"kind":"file","path":{p:?},"exists":true}}"#);
+            assert!(goal_with(&c).is_ok(), "{p:?} was refused");
+        }
+    }
+
+    #[test]
+    fn file_criteria_say_something_consistent() {
+        let none = goal_with(r#"{"kind":"file","path":"x"}"#);
+        assert!(none.err().is_some_and(|e| e.contains("needs `exists`")));
+        let both = goal_with(r#"{"kind":"file","path":"x","exists":false,"contains":"a"}"#);
+        assert!(both.err().is_some_and(|e| e.contains("exists: false")));
+        let short = goal_with(r#"{"kind":"file","path":"x","sha256":"abc"}"#);
+        assert!(short.err().is_some_and(|e| e.contains("64 hex digits")));
+        let hex = "a".repeat(64);
+        assert!(goal_with(&format!(r#"{{"kind":"file","path":"x","sha256":"{hex}"}}"#)).is_ok());
+    }
+
+    #[test]
+    fn a_goal_needs_its_schema_an_id_and_a_criterion() {
+        let ok = br#"{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{"kind":"exit_code","equals":0}]}"#;
+        assert!(from_bytes("g", ok).is_ok());
+        let text = String::from_utf8_lossy(ok);
+        for (bad, why) in [
+            (text.replace("goal/v1", "goal/v9"), "schema"),
+            (text.replace(r#""id":"g""#, r#""id":"""#), "`id` is empty"),
+            (
+                text.replace(r#"[{"kind":"exit_code","equals":0}]"#, "[]"),
+                "`criteria` is empty",
+            ),
+        ] {
+            let e = from_bytes("g", bad.as_bytes()).err().unwrap_or_default();
+            assert!(e.contains(why), "{why}: {e}");
+        }
+    }
+}

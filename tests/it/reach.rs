@@ -253,7 +253,7 @@ fn a_daemon_socket_the_approver_names_is_covered_and_stated() {
     let mut daemon = std::process::Command::new("python3")
         .args([
             "-c",
-            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1]); s.listen(8)\nwhile True:\n  c,_=s.accept(); c.sendall(b'200 DAEMON'); c.close()",
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1]); s.listen(8)\nwhile True:\n  c,_=s.accept(); c.recv(256); c.sendall(b'200 DAEMON'); c.close()",
             &sock_s,
         ])
         .spawn()
