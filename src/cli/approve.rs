@@ -732,7 +732,13 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         admin: crate::os::sys::has_effective_capability(21),
         landlock: crate::os::sys::landlock_abi_version().is_some(),
     };
-    for w in unverifiable_here(&b.isolation, here) {
+    let warnings = unverifiable_here(&b.isolation, here);
+    let reach_warnings = if warnings.is_empty() {
+        daemons_in_reach_here(&b.isolation, here)
+    } else {
+        Vec::new()
+    };
+    for w in warnings.into_iter().chain(reach_warnings) {
         line("WARNING", w);
     }
     if b.isolation.pid_namespace {
@@ -744,6 +750,55 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         );
     }
     escape::visible_lines(&format!("governed-exec: approval summary\n{out}"))
+}
+
+/// Daemon sockets a child of this lease could connect to on this machine
+/// (the reach `run` computes, CONTRACT §7): each makes receipts
+/// NOT_VERIFIED (the daemon reads the key and starts processes for it), so
+/// the approver hears it here, with the fix. A uid-0 child under isolation
+/// on a runner that can cover them is not warned about.
+pub fn daemons_in_reach_here(iso: &IsolationRequest, m: Machine) -> Vec<String> {
+    use crate::gate::reach::{self, ChildIds};
+    let child_uid = iso.as_user.map_or(m.euid, |u| u.uid);
+    let covers = m.euid == 0 && m.admin && crate::process::isolation::any_isolation(iso);
+    // Covers hold with the Landlock guard (a uid-0 child) or a fresh /proc.
+    let covers_hold = covers && ((child_uid == 0 && m.landlock) || iso.pid_namespace);
+    if covers_hold {
+        return Vec::new();
+    }
+    let ids = match iso.as_user {
+        Some(u) => ChildIds {
+            uid: u.uid,
+            gid: u.gid,
+            groups: Vec::new(),
+            dac_override: false,
+        },
+        None => ChildIds {
+            uid: m.euid,
+            gid: nix::unistd::getegid().as_raw(),
+            groups: nix::unistd::getgroups()
+                .map(|g| g.iter().map(|g| g.as_raw()).collect())
+                .unwrap_or_default(),
+            dac_override: m.euid == 0,
+        },
+    };
+    reach::daemon_sockets(child_uid, m.euid, &iso.daemon_sockets)
+        .into_iter()
+        .filter_map(|(sock, daemon)| {
+            let meta = std::fs::metadata(&sock).ok()?;
+            ids.may(&meta, 2).then(|| format!(
+                "receipts of this lease will be NOT_VERIFIED on this machine (signing_key_in_child_reach, and no_leftover_processes if the goal asks): the child ({}) can connect to {daemon} at {} ({}), which reads files and starts processes for it; approve --as-user UID for a uid outside the socket's owner and group{}, or run governed-exec as such a uid",
+                ids.describe(),
+                sock.display(),
+                reach::mode_text(&meta),
+                if m.euid == 0 && m.admin && iso.as_user.is_some_and(|u| u.uid != 0) {
+                    ", or add --pid-namespace (its covers then hold)"
+                } else {
+                    ""
+                }
+            ))
+        })
+        .collect()
 }
 
 /// What decides, on the machine where `approve` runs, whether the runner

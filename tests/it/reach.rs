@@ -320,3 +320,38 @@ fn a_portable_write_scope_says_it_follows_the_workspace_run_names() {
     let summary = String::from_utf8_lossy(&o.stderr);
     assert!(summary.contains("`run --workspace` names"), "{summary}");
 }
+
+/// `approve` says, where the approver decides, when a daemon socket will be
+/// in the child's reach on this machine (its receipts will not verify), and
+/// stays quiet where the socket is covered or the modes keep it out.
+#[test]
+fn approve_warns_when_a_daemon_socket_will_be_in_the_childs_reach() {
+    if !docker_socket_or_skip("approve_warns_when_a_daemon_socket_will_be_in_the_childs_reach") {
+        return;
+    }
+    let gid = std::fs::metadata(DOCKER_SOCK)
+        .map(|m| std::os::unix::fs::MetadataExt::gid(&m))
+        .expect("socket");
+    let e = Env::new();
+    let warned = |flags: &[&str]| {
+        let o = output(e.approve_cmd(flags, &["true"]));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s = String::from_utf8_lossy(&o.stderr).to_string();
+        s.lines()
+            .any(|l| l.contains("WARNING") && l.contains("docker.sock"))
+    };
+    let docker_gid = format!("65534:{gid}");
+    assert!(
+        warned(&["--as-user", &docker_gid]),
+        "a child in docker's group"
+    );
+    assert!(
+        !warned(&["--as-user", &docker_gid, "--pid-namespace"]),
+        "covers hold with a fresh /proc"
+    );
+    assert!(!warned(&["--as-user", "65534:65534"]), "modes keep it out");
+    assert!(
+        !warned(&["--no-network"]),
+        "an isolated root child: covered"
+    );
+}
