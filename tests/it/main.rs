@@ -6,6 +6,7 @@
 mod support;
 
 mod approvals;
+mod attack_egress;
 mod attack_identity;
 mod attack_outcomes;
 mod attack_reach;

@@ -1,0 +1,320 @@
+//! Attacks on the v1.2 promises (CONTRACT §8 egress allowlist, §9 memory
+//! cgroup and resource accounting, §10 approvals file), through the real
+//! binary. Each case is an attempt to make governed-exec report something
+//! that did not happen; each asserts what the contract promises.
+
+use crate::support::*;
+
+/// The memory cgroup `run` will use here, or SKIP with doctor's reason.
+fn memory_cgroup(test: &str) -> bool {
+    if !is_root() {
+        skip!("{test}: needs root to make a per-run memory cgroup");
+        return false;
+    }
+    let o = output(cmd().args(["doctor", "--json"]));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    if !text.contains("memory_cgroup_") {
+        skip!("{test}: no memory cgroup here (doctor: {text})");
+        return false;
+    }
+    true
+}
+
+/// §9: `memory_limit_reaped` is "the kernel killed the main process for the
+/// memory cgroup's limit"; "an OOM kill of another process leaves the main
+/// outcome as it is". Here the OOM killer kills a helper (the main shell
+/// survives it and prints the helper's 137), then the main process SIGKILLs
+/// itself. Nothing killed the main process for memory: the outcome must be
+/// `signaled` (128 + 9), not `memory_limit_reaped` (121).
+#[test]
+fn a_main_process_that_sigkills_itself_after_a_sibling_oom_is_not_memory_limit_reaped() {
+    if !memory_cgroup(
+        "a_main_process_that_sigkills_itself_after_a_sibling_oom_is_not_memory_limit_reaped",
+    ) {
+        return;
+    }
+    let e = Env::new();
+    let probe = [
+        "sh",
+        "-c",
+        "python3 -c \"b = b'x' * (600 << 20)\"; echo helper-status=$?; kill -9 $$",
+    ];
+    e.approve(&["--memory", "512MiB"], &probe);
+    let r = e.run(&[], &probe);
+    assert!(
+        r.stdout_text().contains("helper-status=137"),
+        "the helper was not OOM-killed: {}",
+        r.stdout_text()
+    );
+    assert_eq!(
+        r.predicate()["resources"]["oom_kills"],
+        1,
+        "{}",
+        r.predicate()["resources"]
+    );
+    assert_eq!(
+        (r.class(), r.code),
+        ("signaled", 137),
+        "the main process killed itself with SIGKILL after a helper's OOM kill; the receipt says: {}",
+        r.outcome()
+    );
+}
+
+/// An upstream HTTP/1.1 server (keep-alive) on 10.23.0.2:8080 that logs
+/// `PATH HOST` for every request it serves.
+const UPSTREAM_PY: &str = r#"
+import http.server, sys
+log, ready = sys.argv[1:3]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(s):
+        with open(log, "a") as f:
+            f.write("%s %s\n" % (s.path, s.headers.get("Host")))
+        body = b"served\n"
+        s.send_response(200)
+        s.send_header("Content-Length", str(len(body)))
+        s.end_headers()
+        s.wfile.write(body)
+    def log_message(s, *a): pass
+srv = http.server.ThreadingHTTPServer(("10.23.0.2", 8080), H)
+open(ready, "w").close()
+srv.serve_forever()
+"#;
+
+/// Two network namespaces joined by a veth pair: the runner's (10.23.0.1)
+/// and the upstream server's (10.23.0.2). Addresses exist only inside them.
+struct NetLab {
+    ns_runner: String,
+    ns_server: String,
+    server: Option<std::process::Child>,
+    dir: tempfile::TempDir,
+}
+
+impl NetLab {
+    fn new(test: &str) -> Option<NetLab> {
+        use std::process::{Command, Stdio};
+        if !is_root() {
+            skip!("{test}: needs root to make network namespaces");
+            return None;
+        }
+        let has = |t: &str| {
+            Command::new("sh")
+                .args(["-c", &format!("command -v {t}")])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        for t in ["ip", "nsenter", "python3", "curl"] {
+            if !has(t) {
+                skip!("{test}: needs `{t}`");
+                return None;
+            }
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        let tag = format!("{}-{:x}", std::process::id(), nanos % 0xfffff);
+        let mut lab = NetLab {
+            ns_runner: format!("ge23r-{tag}"),
+            ns_server: format!("ge23s-{tag}"),
+            server: None,
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        let (r, s) = (&lab.ns_runner, &lab.ns_server);
+        let made = Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "set -e; ip netns add {r}; ip netns add {s}; \
+                     ip -n {r} link add v0 type veth peer name v1 netns {s}; \
+                     ip -n {r} addr add 10.23.0.1/24 dev v0; ip -n {s} addr add 10.23.0.2/24 dev v1; \
+                     ip -n {r} link set lo up; ip -n {s} link set lo up; \
+                     ip -n {r} link set v0 up; ip -n {s} link set v1 up"
+                ),
+            ])
+            .status()
+            .is_ok_and(|st| st.success());
+        if !made {
+            skip!("{test}: cannot make network namespaces and a veth pair here");
+            return None;
+        }
+        let d = lab.dir.path();
+        std::fs::write(d.join("upstream.py"), UPSTREAM_PY).unwrap();
+        lab.server = Some(
+            Command::new("ip")
+                .args(["netns", "exec", s, "python3"])
+                .arg(d.join("upstream.py"))
+                .arg(d.join("upstream.log"))
+                .arg(d.join("ready"))
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("upstream server"),
+        );
+        let t0 = std::time::Instant::now();
+        while !d.join("ready").exists() {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(30),
+                "upstream never became ready"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Some(lab)
+    }
+
+    /// `PATH HOST` per request the upstream served.
+    fn served(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("upstream.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Run `command` under its lease, the runner in the lab's runner namespace.
+    fn run(&self, e: &Env, command: &[&str]) -> Run {
+        let inner = e.run_cmd(&[], command);
+        let mut w = std::process::Command::new("nsenter");
+        w.arg(format!("--net=/run/netns/{}", self.ns_runner))
+            .arg("--")
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .stdin(std::process::Stdio::null());
+        for (k, v) in inner.get_envs() {
+            if let Some(v) = v {
+                w.env(k, v);
+            }
+        }
+        finish_run(output(w))
+    }
+}
+
+impl Drop for NetLab {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in [&self.ns_runner, &self.ns_server] {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", ns])
+                .status();
+        }
+    }
+}
+
+/// §8: absolute-form plain HTTP "reaches a listed host:port only". A proxy
+/// that receives an absolute-form request must replace the Host header
+/// with the target's authority (RFC 9112 §3.2.2); this one forwards the
+/// child's own `Host: evil.test` to the listed upstream, so a request for
+/// another (virtual) host goes out while the receipt names only the listed
+/// entry.
+#[test]
+fn a_plain_http_request_to_a_listed_host_carries_the_childs_host_header_upstream() {
+    let Some(lab) = NetLab::new(
+        "a_plain_http_request_to_a_listed_host_carries_the_childs_host_header_upstream",
+    ) else {
+        return;
+    };
+    let e = Env::new();
+    let cmd = [
+        "curl",
+        "-sS",
+        "--fail",
+        "-H",
+        "Host: evil.test",
+        "http://10.23.0.2:8080/fronted",
+    ];
+    e.approve(&["--allow-net", "10.23.0.2:8080"], &cmd);
+    let r = lab.run(&e, &cmd);
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+    let conns = r.predicate()["network"]["connections"].clone();
+    assert_eq!(conns[0]["host"], "10.23.0.2", "{conns}");
+    assert_eq!(conns[0]["decision"], "allowed", "{conns}");
+    let served = lab.served();
+    assert_eq!(
+        served,
+        vec!["/fronted 10.23.0.2:8080".to_string()],
+        "the upstream served a request for another host than the listed entry the receipt names ({conns})"
+    );
+}
+
+/// §8 and the proxy's own rule ("one request per upstream connection: the
+/// next one on the child's connection could name another host"): after the
+/// head it rewrote, the proxy relays the child's bytes raw. A header value
+/// holding a bare LF ends that header for the upstream, so the child's
+/// `Connection: keep-alive` precedes the proxy's `Connection: close`, and a
+/// second, pipelined request for `evil.test` is served on the same
+/// connection; the receipt shows one request's connection to the entry.
+#[test]
+fn a_second_request_smuggled_behind_a_bare_lf_header_is_served_upstream() {
+    let Some(lab) =
+        NetLab::new("a_second_request_smuggled_behind_a_bare_lf_header_is_served_upstream")
+    else {
+        return;
+    };
+    let e = Env::new();
+    let script = r#"
+import socket, time
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"GET http://10.23.0.2:8080/first HTTP/1.1\r\nHost: 10.23.0.2:8080\r\nX-A: b\nConnection: keep-alive\r\n\r\n"
+          b"GET /second HTTP/1.1\r\nHost: evil.test\r\nConnection: close\r\n\r\n")
+s.settimeout(5)
+got = b""
+while True:
+    try:
+        c = s.recv(65536)
+    except socket.timeout:
+        break
+    if not c:
+        break
+    got += c
+print(got.count(b"HTTP/1.1 200"))
+"#;
+    let cmd = ["python3", "-c", script];
+    e.approve(&["--allow-net", "10.23.0.2:8080"], &cmd);
+    let r = lab.run(&e, &cmd);
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+    let served = lab.served();
+    assert_eq!(
+        served,
+        vec!["/first 10.23.0.2:8080".to_string()],
+        "the upstream served more than the one request the proxy read (child saw {} responses; receipt {})",
+        r.stdout_text().trim(),
+        r.predicate()["network"]["connections"]
+    );
+}
+
+/// §9: `io_write_bytes` is what the run wrote, or null with a `…_why` where
+/// the kernel cannot say. A child that writes 64 MiB without fsync and exits
+/// leaves the write-back to the kernel's flusher, which a v1 `blkio` group
+/// never charges: the receipt then claims a figure far below what the run
+/// wrote, rather than saying it cannot tell.
+#[test]
+fn buffered_writes_left_to_write_back_are_not_reported_as_a_near_zero_io_write_figure() {
+    if !memory_cgroup(
+        "buffered_writes_left_to_write_back_are_not_reported_as_a_near_zero_io_write_figure",
+    ) {
+        return;
+    }
+    let e = Env::new();
+    let probe = [
+        "python3",
+        "-c",
+        "open('big.bin', 'wb').write(b'x' * (64 << 20))",
+    ];
+    e.approve(&["--memory", "512MiB"], &probe);
+    let r = e.run(&[], &probe);
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+    std::process::Command::new("sync").status().unwrap();
+    let res = &r.predicate()["resources"];
+    if let Some(written) = res["io_write_bytes"].as_u64() {
+        assert!(
+            written >= 64 << 20,
+            "the run wrote 64 MiB (on disk after sync), the receipt says io_write_bytes {written} ({}): {res}",
+            res["mechanism"]
+        );
+    } else {
+        assert!(res["io_write_bytes_why"].is_string(), "{res}");
+    }
+}
