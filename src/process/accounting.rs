@@ -237,8 +237,16 @@ pub fn resources(
             let (peak_memory_bytes, peak_memory_bytes_why) = split(c.peak_memory);
             let (peak_processes, peak_processes_why) = split(c.peak_processes);
             let (oom_kills, oom_kills_why) = split(c.oom_kills);
+            // v1 blkio charges only the IO a process issued itself: data
+            // written to the page cache and written back later by the
+            // kernel is missed (v2 charges writeback to the group). The
+            // per-task IO accounting of the waited-for processes charges a
+            // write when the page is dirtied: the larger of the two.
             let (io_r, io_w) = match c.io {
-                Ok((r, w)) => ((Some(r), None), (Some(w), None)),
+                Ok((r, w)) => (
+                    (Some(r.max(ru.in_blocks.saturating_mul(512))), None),
+                    (Some(w.max(ru.out_blocks.saturating_mul(512))), None),
+                ),
                 Err(why) => ((None, Some(why.clone())), (None, Some(why))),
             };
             Resources {

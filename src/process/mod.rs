@@ -9,6 +9,7 @@ pub mod env;
 pub mod isolation;
 pub mod limits;
 pub mod network;
+pub mod oom;
 pub mod process_limit;
 pub mod resolve;
 pub mod scratch;

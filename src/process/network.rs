@@ -388,6 +388,7 @@ fn accept_loop(s: &Arc<Shared>, listener: &TcpListener) {
         let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
         let _ = poll(&mut fds, PollTimeout::from(250u16));
         if s.stopping.load(Ordering::SeqCst) {
+            record_backlog(s, listener);
             return;
         }
         let client = match listener.accept() {
@@ -426,6 +427,48 @@ fn accept_loop(s: &Arc<Shared>, listener: &TcpListener) {
             }
             Err(_) => *lock(&s.active) -= 1,
         }
+    }
+}
+
+/// The run is over: connections still waiting in the listener's backlog
+/// are never served, but each that already sent a request is recorded as
+/// denied, so a child cannot keep an attempt out of the receipt by asking
+/// as it exits. (Connections that sent nothing asked for nothing.)
+fn record_backlog(s: &Shared, listener: &TcpListener) {
+    for _ in 0..100_000 {
+        let Ok((mut c, _)) = listener.accept() else {
+            return;
+        };
+        let started = (SystemTime::now(), Instant::now());
+        if c.set_nonblocking(true).is_err() {
+            continue;
+        }
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while buf.len() <= HEAD_MAX {
+            match c.read(&mut chunk) {
+                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                _ => break,
+            }
+        }
+        if buf.is_empty() {
+            continue;
+        }
+        let head = match memchr::memmem::find(&buf, b"\r\n\r\n") {
+            Some(end) => &buf[..end + 4],
+            None => &buf[..],
+        };
+        let (host, port) = match parse_ask(head) {
+            Ok(a) => (a.host, a.port),
+            Err(named) => named,
+        };
+        let seq = s.next_id.fetch_add(1, Ordering::SeqCst);
+        record(
+            s,
+            seq,
+            attempt(&host, port, started),
+            "run_ended_before_served",
+        );
     }
 }
 
@@ -474,6 +517,9 @@ struct Ask {
     port: u16,
     /// `None` for CONNECT; else the head to send upstream (origin-form).
     forward: Option<Vec<u8>>,
+    /// The request body's length (`Content-Length`, 0 without one): exactly
+    /// that many bytes follow the head upstream, and nothing after them.
+    body_len: u64,
 }
 
 /// Read the request head: its bytes and whatever followed it; `Err(true)`
@@ -521,6 +567,7 @@ fn parse_ask(head: &[u8]) -> Result<Ask, (String, u16)> {
             host,
             port,
             forward: None,
+            body_len: 0,
         });
     }
     let lower = target.to_ascii_lowercase();
@@ -535,19 +582,44 @@ fn parse_ask(head: &[u8]) -> Result<Ask, (String, u16)> {
         p if p.starts_with('?') => format!("/{p}"),
         p => p.to_string(),
     };
+    // The request goes to exactly the authority the lease allowed: the
+    // child's own `Host` is replaced by it (RFC 9112 §3.2.2), and a head the
+    // upstream could read differently from this proxy (a bare CR or LF in a
+    // line, a folded line, a chunked or doubly sized body) is refused, so no
+    // second request can ride behind the first.
+    let bad = || (host.clone(), port);
     let mut out = format!("{method} {path} {version}\r\n");
+    out.push_str(&format!(
+        "Host: {}\r\n",
+        if port == 80 {
+            host.clone()
+        } else {
+            format!("{host}:{port}")
+        }
+    ));
+    let mut body_len: Option<u64> = None;
     for h in lines.filter(|l| !l.is_empty()) {
-        let name = h
-            .split(':')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        if matches!(
-            name.as_str(),
-            "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"
-        ) {
-            continue;
+        if h.contains(['\r', '\n']) || h.starts_with([' ', '\t']) || !h.contains(':') {
+            return Err(bad());
+        }
+        let (name, value) = h.split_once(':').ok_or_else(bad)?;
+        let name = name.trim().to_ascii_lowercase();
+        if name.is_empty() || name.contains([' ', '\t']) {
+            return Err(bad());
+        }
+        match name.as_str() {
+            "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive" | "host" => {
+                continue
+            }
+            "transfer-encoding" => return Err(bad()),
+            "content-length" => {
+                let n: u64 = value.trim().parse().map_err(|_| bad())?;
+                if body_len.is_some_and(|m| m != n) {
+                    return Err(bad());
+                }
+                body_len = Some(n);
+            }
+            _ => {}
         }
         out.push_str(h);
         out.push_str("\r\n");
@@ -559,6 +631,7 @@ fn parse_ask(head: &[u8]) -> Result<Ask, (String, u16)> {
         host,
         port,
         forward: Some(out.into_bytes()),
+        body_len: body_len.unwrap_or(0),
     })
 }
 
@@ -733,13 +806,26 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
         ),
         Some(h) => (up.write_all(h), h.len() as u64),
     };
+    // A plain request's body is exactly its Content-Length: bytes past it
+    // (a pipelined second request) are never sent upstream.
+    let rest: &[u8] = match ask.forward {
+        Some(_) => {
+            &rest[..rest
+                .len()
+                .min(usize::try_from(ask.body_len).unwrap_or(usize::MAX))]
+        }
+        None => &rest,
+    };
     let sent_first = if opened.is_ok() && !rest.is_empty() {
-        up.write_all(&rest).map(|()| rest.len() as u64).unwrap_or(0)
+        up.write_all(rest).map(|()| rest.len() as u64).unwrap_or(0)
     } else {
         0
     };
     if opened.is_ok() {
-        let (sent, received) = relay(client, up);
+        let (sent, received) = match ask.forward {
+            None => relay(client, up),
+            Some(_) => relay_request(client, up, ask.body_len.saturating_sub(sent_first)),
+        };
         conn.bytes_sent = head_sent + sent_first + sent;
         conn.bytes_received = received;
     }
@@ -758,6 +844,44 @@ fn relay(client: &TcpStream, up: TcpStream) -> (u64, u64) {
         .name("egress-relay".into())
         .spawn(move || copy(u_read, c_write));
     let sent = copy(c_read, up);
+    let received = match back {
+        Ok(h) => h.join().unwrap_or(0),
+        Err(_) => 0,
+    };
+    (sent, received)
+}
+
+/// A plain-HTTP request: `body_left` more bytes of body from the child,
+/// then the upstream's write side is closed; the answer is copied back
+/// until the upstream closes. Nothing else the child sends goes upstream.
+fn relay_request(client: &TcpStream, up: TcpStream, body_left: u64) -> (u64, u64) {
+    let (Ok(c_read), Ok(c_write), Ok(u_read)) =
+        (client.try_clone(), client.try_clone(), up.try_clone())
+    else {
+        return (0, 0);
+    };
+    let back = std::thread::Builder::new()
+        .name("egress-relay".into())
+        .spawn(move || copy(u_read, c_write));
+    let mut sent = 0u64;
+    let mut up_w = &up;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut from = &c_read;
+    while sent < body_left {
+        let want = usize::try_from(body_left - sent)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        match from.read(&mut buf[..want]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if up_w.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+                sent += n as u64;
+            }
+        }
+    }
+    let _ = up.shutdown(Shutdown::Write);
     let received = match back {
         Ok(h) => h.join().unwrap_or(0),
         Err(_) => 0,
@@ -866,6 +990,33 @@ mod tests {
             "[::1]x",
         ] {
             assert!(Allow::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The upstream gets exactly the allowed authority as `Host`, and a head
+    /// it could read differently from the proxy is refused.
+    #[test]
+    fn a_plain_request_carries_the_allowed_host_and_nothing_ambiguous() {
+        let a = parse_ask(
+            b"GET http://web.test:8080/x HTTP/1.1\r\nHost: evil.test\r\nContent-Length: 3\r\n\r\n",
+        )
+        .ok()
+        .unwrap();
+        let head = String::from_utf8(a.forward.unwrap()).unwrap();
+        assert!(
+            head.starts_with("GET /x HTTP/1.1\r\nHost: web.test:8080\r\n"),
+            "{head}"
+        );
+        assert!(!head.contains("evil.test"), "{head}");
+        assert_eq!(a.body_len, 3);
+        for bad in [
+            &b"GET http://web.test/ HTTP/1.1\r\nX-A: b\nConnection: keep-alive\r\n\r\n"[..],
+            b"GET http://web.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET http://web.test/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"GET http://web.test/ HTTP/1.1\r\n folded\r\n\r\n",
+            b"GET http://web.test/ HTTP/1.1\r\nno-colon\r\n\r\n",
+        ] {
+            assert!(parse_ask(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
     }
 

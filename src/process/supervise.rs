@@ -81,6 +81,10 @@ pub struct Supervised {
     pub ended: SystemTime,
     pub kernel_view: Option<KernelView>,
     pub spawn_path: SpawnPath,
+    /// Whether the kernel's log names the main process as an OOM victim
+    /// during this run (`None`: the log could not be read, or the run had
+    /// no memory cgroup).
+    pub main_oom_killed: Option<bool>,
 }
 
 pub enum RunResult {
@@ -335,6 +339,12 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
             })?;
     }
     drop(tx);
+    // Before the child exists: the kernel log's end, to find an OOM kill of
+    // the main process among what it logs during the run.
+    let kernel_log = cgroups
+        .memory_limit()
+        .is_some()
+        .then(crate::process::oom::KernelLog::at_end);
     let started = SystemTime::now();
     let t0 = Instant::now();
     if crate::testing::fault::fail("spawn_enosys") {
@@ -457,6 +467,7 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         wall_ms,
         stdout.bytes.saturating_add(stderr.bytes),
     );
+    let main_oom_killed = kernel_log.and_then(|k| k.oom_killed(pid));
     Ok(RunResult::Ran(Box::new(Supervised {
         ending,
         exit_code,
@@ -469,6 +480,7 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         ended,
         kernel_view,
         spawn_path,
+        main_oom_killed,
     })))
 }
 

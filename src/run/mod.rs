@@ -1303,6 +1303,16 @@ fn unknown(reason: Reason, message: String) -> Outcome {
 
 /// The outcome class of a supervised run. Anything not observed gone is
 /// `unknown`, whatever else happened.
+/// Whether the main process, dead of a SIGKILL while the run's memory cgroup
+/// counted an OOM kill, was that kill's victim: a process of the run could
+/// have sent the SIGKILL right after a sibling was OOM-killed.
+fn main_was_the_oom_victim(s: &supervise::Supervised) -> bool {
+    match s.main_oom_killed {
+        Some(named) => named,
+        None => s.resources.peak_processes == Some(1),
+    }
+}
+
 fn classify(s: &supervise::Supervised) -> Outcome {
     if s.cleanup.state != CleanupState::Gone {
         return unknown(
@@ -1318,9 +1328,13 @@ fn classify(s: &supervise::Supervised) -> Outcome {
         Ending::MainExited => match (s.exit_code, s.signal) {
             (Some(_), _) => (OutcomeClass::Exited, None, None),
             // SIGKILL that governed-exec did not send, while the run's
-            // memory cgroup counted an OOM kill: the kernel's OOM killer.
+            // memory cgroup counted an OOM kill, and the main process was
+            // its victim: named so in the kernel's log, or (where the log
+            // cannot be read) the only task the run ever had.
             (None, Some(sig))
-                if sig == libc::SIGKILL && s.resources.oom_kills.is_some_and(|n| n > 0) =>
+                if sig == libc::SIGKILL
+                    && s.resources.oom_kills.is_some_and(|n| n > 0)
+                    && main_was_the_oom_victim(s) =>
             {
                 (
                     OutcomeClass::MemoryLimitReaped,
@@ -1334,7 +1348,12 @@ fn classify(s: &supervise::Supervised) -> Outcome {
             (None, Some(sig)) => (
                 OutcomeClass::Signaled,
                 Some(sig),
-                Some(format!("killed by signal {sig}")),
+                Some(match s.resources.oom_kills {
+                    Some(n) if n > 0 => format!(
+                        "killed by signal {sig}; the run's memory cgroup counted {n} OOM kill(s), of another process of the run as far as the kernel's log tells"
+                    ),
+                    _ => format!("killed by signal {sig}"),
+                }),
             ),
             (None, None) => {
                 return unknown(
