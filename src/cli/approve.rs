@@ -767,20 +767,8 @@ pub fn daemons_in_reach_here(iso: &IsolationRequest, m: Machine) -> Vec<String> 
         return Vec::new();
     }
     let ids = match iso.as_user {
-        Some(u) => ChildIds {
-            uid: u.uid,
-            gid: u.gid,
-            groups: Vec::new(),
-            dac_override: false,
-        },
-        None => ChildIds {
-            uid: m.euid,
-            gid: nix::unistd::getegid().as_raw(),
-            groups: nix::unistd::getgroups()
-                .map(|g| g.iter().map(|g| g.as_raw()).collect())
-                .unwrap_or_default(),
-            dac_override: m.euid == 0,
-        },
+        Some(u) => ChildIds::switched(u.uid, u.gid),
+        None => ChildIds::runners_own(),
     };
     reach::daemon_sockets(child_uid, m.euid, &iso.daemon_sockets)
         .into_iter()

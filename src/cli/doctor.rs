@@ -421,15 +421,7 @@ pub fn report() -> Report {
 /// `available` says whether some lease can keep it out of reach here.
 fn reach_checks(euid: u32, admin: bool, landlock_abi: Option<i64>) -> Vec<Check> {
     use crate::gate::reach::{self, ChildIds};
-    let groups: Vec<u32> = nix::unistd::getgroups()
-        .map(|g| g.iter().map(|g| g.as_raw()).collect())
-        .unwrap_or_default();
-    let same_uid = ChildIds {
-        uid: euid,
-        gid: nix::unistd::getegid().as_raw(),
-        groups,
-        dac_override: euid == 0,
-    };
+    let same_uid = ChildIds::runners_own();
     let mut out = Vec::new();
     for (sock, daemon) in reach::daemon_sockets(euid, euid, &[]) {
         let Ok(meta) = std::fs::metadata(&sock) else {

@@ -764,20 +764,19 @@ mod tests {
         assert!(may_still_run(&m, &l, at(1_000)), "from issued_at");
         assert!(may_still_run(&m, &l, at(1_059)));
         assert!(!may_still_run(&m, &l, at(1_060)), "expired at expires_at");
-        m.revocations.push(crate::model::Revocation {
-            lease_id: "other".into(),
-            by: "t".into(),
-            at: "t".into(),
-        });
+        let revoke = |m: &mut Manifest, id: &str| {
+            m.revocations.push(crate::model::Revocation {
+                lease_id: id.into(),
+                by: "t".into(),
+                at: "t".into(),
+            })
+        };
+        revoke(&mut m, "other");
         assert!(
             may_still_run(&m, &l, at(1_030)),
             "another lease's revocation"
         );
-        m.revocations.push(crate::model::Revocation {
-            lease_id: "l".into(),
-            by: "t".into(),
-            at: "t".into(),
-        });
+        revoke(&mut m, "l");
         assert!(!may_still_run(&m, &l, at(1_030)), "revoked");
     }
 

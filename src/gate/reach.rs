@@ -224,6 +224,32 @@ pub struct ChildIds {
 }
 
 impl ChildIds {
+    /// A child switched to `uid`:`gid` (`--as-user`): no supplementary
+    /// groups, no capabilities.
+    pub fn switched(uid: u32, gid: u32) -> ChildIds {
+        ChildIds {
+            uid,
+            gid,
+            groups: Vec::new(),
+            dac_override: false,
+        }
+    }
+
+    /// A child of the runner's own uid: its gid and supplementary groups,
+    /// and DAC override when that uid is 0 (full root, or an isolated root
+    /// child, which keeps CAP_DAC_OVERRIDE).
+    pub fn runners_own() -> ChildIds {
+        let uid = nix::unistd::geteuid().as_raw();
+        ChildIds {
+            uid,
+            gid: nix::unistd::getegid().as_raw(),
+            groups: nix::unistd::getgroups()
+                .map(|g| g.iter().map(|g| g.as_raw()).collect())
+                .unwrap_or_default(),
+            dac_override: uid == 0,
+        }
+    }
+
     /// Whether mode bits `want` (r=4, w=2, x=1 of one class) are granted to
     /// the child on `meta`, as the kernel's owner/group/other check does.
     pub fn may(&self, meta: &std::fs::Metadata, want: u32) -> bool {

@@ -375,6 +375,9 @@ pub fn prepare(
     // namespace is entered (`/proc/net/unix` lists the listening sockets of
     // the namespace one is in).
     let sockets = reach::daemon_sockets(child_uid, euid, &req.daemon_sockets);
+    // The mount table, read once: the cover plan, the guard and the reach
+    // check all find a path's aliases in it.
+    let mount_table = reach::mounts();
     let ns = enter_namespaces(req.no_network, &req.allow_net, req.pid_namespace)?;
     // A root runner under isolation gives the child its own mount namespace
     // (the child is root until it drops to --as-user, and a uid-0 child stays
@@ -396,7 +399,7 @@ pub fn prepare(
     // key was covered by nothing but file modes).
     let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
         if can_mount {
-            let (plan, covered) = mount_plan(req, writable, protect, &sockets)
+            let (plan, covered) = mount_plan(req, writable, protect, &sockets, &mount_table)
                 .map_err(|e| unavailable("isolation for a root child", e))?;
             sys::probe_mounts(&plan).map_err(|e| {
                 unavailable(
@@ -444,6 +447,7 @@ pub fn prepare(
                     protect,
                     root_child,
                     ns.net == Some(NetMechanism::Seccomp),
+                    &mount_table,
                 ) {
                     Ok((fd, how)) => (
                         Some(fd),
@@ -457,18 +461,9 @@ pub fn prepare(
             (None, 0, None)
         };
 
-    let ids = reach::ChildIds {
-        uid: child_uid,
-        gid: child_gid,
-        groups: if creds.is_some() {
-            Vec::new()
-        } else {
-            nix::unistd::getgroups()
-                .map(|g| g.iter().map(|g| g.as_raw()).collect())
-                .unwrap_or_default()
-        },
-        // Full root, and an isolated root child (ROOT_KEEP has it).
-        dac_override: child_uid == 0 && creds.is_none(),
+    let ids = match creds {
+        Some(c) => reach::ChildIds::switched(c.uid, c.gid),
+        None => reach::ChildIds::runners_own(),
     };
     let guarded = landlock_guard_fd.is_some();
     let reach = reach_entries(&ReachInputs {
@@ -477,6 +472,7 @@ pub fn prepare(
         sockets: &sockets,
         protect,
         plan: mounts.as_ref(),
+        mounts: &mount_table,
         guard: guarded.then(|| sys::landlock_abi_version().unwrap_or(0)),
         pid_namespace: req.pid_namespace,
     });
@@ -538,6 +534,8 @@ struct ReachInputs<'a> {
     protect: &'a Protect<'a>,
     /// The child's own mount namespace, when it gets one.
     plan: Option<&'a MountPlan>,
+    /// This mount namespace's table, read once per run.
+    mounts: &'a [reach::Mount],
     /// The Landlock guard's ABI, when the child gets the guard.
     guard: Option<i64>,
     pid_namespace: bool,
@@ -545,13 +543,13 @@ struct ReachInputs<'a> {
 
 /// Whether every path of `path` in this mount namespace is covered in the
 /// child's (a file by `/dev/null`, a directory by an empty tmpfs).
-fn covered(plan: Option<&MountPlan>, path: &Path, dir: bool) -> bool {
+fn covered(plan: Option<&MountPlan>, mounts: &[reach::Mount], path: &Path, dir: bool) -> bool {
     let Some(plan) = plan else { return false };
     // Covers go by path: a second hard link elsewhere is not covered.
     if !dir && std::fs::metadata(path).map_or(true, |m| m.nlink() != 1) {
         return false;
     }
-    let aliases = reach::aliases(path, &reach::mounts()).unwrap_or_default();
+    let aliases = reach::aliases(path, mounts).unwrap_or_default();
     let set = if dir {
         &plan.cover_dirs
     } else {
@@ -587,7 +585,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
         let Ok(meta) = std::fs::metadata(sock) else {
             continue;
         };
-        let e = if covered(plan, sock, false) {
+        let e = if covered(plan, inp.mounts, sock, false) {
             entry(
                 "daemon_socket",
                 Some(sock),
@@ -627,7 +625,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
         let Ok(meta) = std::fs::metadata(path) else {
             continue;
         };
-        let e = if covered(plan, path, dir) {
+        let e = if covered(plan, inp.mounts, path, dir) {
             entry(
                 channel,
                 Some(path),
@@ -718,9 +716,9 @@ fn guard_ruleset(
     protect: &Protect<'_>,
     root_child: bool,
     seccomp_network: bool,
+    mounts: &[reach::Mount],
 ) -> Result<(OwnedFd, String), String> {
-    let mounts = reach::mounts();
-    let key_paths = reach::aliases(protect.key, &mounts)
+    let key_paths = reach::aliases(protect.key, mounts)
         .map_err(|e| format!("runner key {}: {e}", protect.key.display()))?;
     let nlink = std::fs::metadata(protect.key).map_or(0, |m| m.nlink());
     if nlink != 1 {
@@ -743,7 +741,7 @@ fn guard_ruleset(
         .flatten()
         .chain(protect.credentials.iter().map(PathBuf::as_path))
     {
-        if let Ok(a) = reach::aliases(p, &mounts) {
+        if let Ok(a) = reach::aliases(p, mounts) {
             protected.extend(a);
         }
     }
@@ -886,15 +884,15 @@ fn mount_plan(
     writable: &[PathBuf],
     protect: &Protect<'_>,
     sockets: &[(PathBuf, String)],
+    mounts: &[reach::Mount],
 ) -> Result<(MountPlan, Result<String, String>), String> {
-    let mounts = reach::mounts();
     let mut plan = MountPlan {
         new_cgroup_ns: true,
         fresh_proc: req.pid_namespace,
         ..MountPlan::default()
     };
     let mut covered_key = Err("the runner key does not exist yet".to_string());
-    if let Ok(aliases) = reach::aliases(protect.key, &mounts) {
+    if let Ok(aliases) = reach::aliases(protect.key, mounts) {
         for a in &aliases {
             plan.cover_files.push(cstr(a)?);
         }
@@ -913,7 +911,7 @@ fn mount_plan(
         .map(|(p, _)| p.as_path())
         .chain(protect.credentials.iter().map(PathBuf::as_path));
     for f in files {
-        for a in reach::aliases(f, &mounts).unwrap_or_default() {
+        for a in reach::aliases(f, mounts).unwrap_or_default() {
             let c = cstr(&a)?;
             if !plan.cover_files.contains(&c) {
                 plan.cover_files.push(c);
@@ -925,7 +923,7 @@ fn mount_plan(
         .into_iter()
         .flatten()
     {
-        if let Ok(aliases) = reach::aliases(d, &mounts) {
+        if let Ok(aliases) = reach::aliases(d, mounts) {
             // Never cover what the child must use (a workspace inside the state dir).
             for a in aliases {
                 if !writable.iter().any(|w| w.starts_with(&a)) && !dirs.contains(&a) {
@@ -937,7 +935,7 @@ fn mount_plan(
     plan.fresh_sys = mounts
         .iter()
         .any(|m| m.point == Path::new("/sys") && m.fstype == "sysfs");
-    for m in &mounts {
+    for m in mounts {
         let cg = m.fstype == "cgroup" || m.fstype == "cgroup2";
         if cg && !(plan.fresh_sys && m.point.starts_with("/sys")) && !dirs.contains(&m.point) {
             dirs.push(m.point.clone());

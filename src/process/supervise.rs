@@ -180,7 +180,9 @@ const OUTPUT_PIPE_BYTES: libc::c_int = 1 << 20;
 /// run that still holds a pipe cannot write past it. Held while writing.
 type MirrorGate = Arc<std::sync::Mutex<bool>>;
 
-/// Closes the mirror when supervision returns, whichever way it returns.
+/// Closes the mirror when supervision returns, whichever way it returns:
+/// whatever still holds a pipe writes no more to the log before the caller
+/// lifts the `--stream` fence.
 struct GateCloser(MirrorGate);
 
 impl Drop for GateCloser {
@@ -433,9 +435,6 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
             Err(_) => break,
         }
     }
-    // Supervision is over: whatever still holds a pipe writes no more to
-    // the log (the caller lifts the `--stream` fence next).
-    *gate.lock().unwrap_or_else(|p| p.into_inner()) = false;
     let [so, se] = streams;
     let finish = |c: Option<StreamCapture>| match c {
         Some(c) => c.finish(true),

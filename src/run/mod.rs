@@ -511,12 +511,7 @@ fn child_may_execute(
     uid: u32,
     gid: u32,
 ) -> Result<(), String> {
-    let ids = reach::ChildIds {
-        uid,
-        gid,
-        groups: Vec::new(),
-        dac_override: false,
-    };
+    let ids = reach::ChildIds::switched(uid, gid);
     let path = Path::new(&exe.identity.canonical_path);
     for dir in path.ancestors().skip(1) {
         let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
