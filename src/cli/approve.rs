@@ -741,14 +741,6 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
     for w in warnings.into_iter().chain(reach_warnings) {
         line("WARNING", w);
     }
-    if b.isolation.pid_namespace {
-        // Not yet the same count under every isolation (issue 20): say so
-        // where the approver decides.
-        line(
-            "warning",
-            "with --pid-namespace the kernel kills every other process of the run when the main process ends, before governed-exec can see them: processes left behind are not counted in cleanup.leftover_processes_killed, so no_leftover_processes is met where the same run without the namespace would count them".into(),
-        );
-    }
     escape::visible_lines(&format!("governed-exec: approval summary\n{out}"))
 }
 

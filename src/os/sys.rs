@@ -399,6 +399,9 @@ pub enum Spawned {
         pid: libc::pid_t,
         pidfd: OwnedFd,
         path: SpawnPath,
+        /// Under a new PID namespace: whether the main process's exit is
+        /// watched through ptrace ([`ExitTrace`]).
+        exit_trace: ExitTrace,
     },
     /// A setup step or the exec itself failed; the child has already exited
     /// and been reaped. No program of the request ran.
@@ -440,6 +443,171 @@ pub fn clone3_probe() -> Result<(), i32> {
 /// blkio).
 pub const MAX_V1_TASKS: usize = 4;
 
+/// Whether the main process's exit is watched through ptrace. Under a new
+/// PID namespace the kernel kills every other process of the namespace as
+/// part of PID 1's exit, before any wait can report it; seized with
+/// `PTRACE_O_TRACEEXIT`, the main process stops at the start of its exit
+/// while the rest of its namespace is still alive and can be counted
+/// (CONTRACT §7: `no_leftover_processes` means the same under every
+/// isolation). Only that exit stop and the stops ptrace imposes (signal
+/// delivery, group-stop) are handled; each is resumed at once as the
+/// kernel would have run it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitTrace {
+    /// No new PID namespace: the runner sees leftovers after main exits.
+    NotAsked,
+    /// Seized: the exit stop will come.
+    Seized,
+    /// `PTRACE_SEIZE` failed with this errno (a seccomp profile, Yama's
+    /// mode 3, a kernel without it): the namespace's teardown is unobserved.
+    Refused(i32),
+}
+
+/// The handshake by which the parent seizes the child before it runs
+/// anything: the child says it is ready (seizable), the parent seizes it
+/// and says go.
+struct TraceHandshake {
+    ready_r: OwnedFd,
+    ready_w: OwnedFd,
+    go_r: OwnedFd,
+    go_w: OwnedFd,
+}
+
+impl TraceHandshake {
+    fn new() -> io::Result<TraceHandshake> {
+        let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let (go_r, go_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        Ok(TraceHandshake {
+            ready_r,
+            ready_w: dup_high(ready_w.as_raw_fd())?,
+            go_r: dup_high(go_r.as_raw_fd())?,
+            go_w,
+        })
+    }
+
+    fn child_ends(&self) -> [RawFd; 2] {
+        [self.ready_w.as_raw_fd(), self.go_r.as_raw_fd()]
+    }
+
+    fn parent_ends(&self) -> [RawFd; 2] {
+        [self.ready_r.as_raw_fd(), self.go_w.as_raw_fd()]
+    }
+
+    /// In the parent, after the fork: wait for the child to be seizable,
+    /// seize it, and let it go on whatever the answer.
+    fn seize(self, pid: libc::pid_t) -> ExitTrace {
+        let TraceHandshake {
+            ready_r,
+            ready_w,
+            go_r,
+            go_w,
+        } = self;
+        drop((ready_w, go_r));
+        let mut byte = [0u8; 1];
+        let trace = match read_full(ready_r.as_raw_fd(), &mut byte) {
+            // As a seccomp profile that denies ptrace would answer.
+            Ok(1) if crate::testing::fault::fail("ptrace_refused") => {
+                ExitTrace::Refused(libc::EPERM)
+            }
+            Ok(1) => {
+                // SAFETY: PTRACE_SEIZE on our own child with integer
+                // arguments; no memory is passed.
+                let r = unsafe {
+                    libc::ptrace(
+                        libc::PTRACE_SEIZE,
+                        pid,
+                        std::ptr::null_mut::<libc::c_void>(),
+                        libc::PTRACE_O_TRACEEXIT as libc::c_long,
+                    )
+                };
+                if r == 0 {
+                    ExitTrace::Seized
+                } else {
+                    ExitTrace::Refused(io::Error::last_os_error().raw_os_error().unwrap_or(0))
+                }
+            }
+            // The child is gone before it was ready; the error pipe says why.
+            _ => ExitTrace::Refused(libc::ESRCH),
+        };
+        let _ = nix::unistd::write(&go_w, &[1]);
+        trace
+    }
+}
+
+/// A ptrace-stop of the traced main process, taken off the wait queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceStop {
+    /// `PTRACE_EVENT_EXIT`: the process has begun to exit; the rest of its
+    /// PID namespace is still alive.
+    Exit,
+    /// A group-stop (`PTRACE_EVENT_STOP`) with this signal.
+    Group(i32),
+    /// A signal about to be delivered.
+    Signal(i32),
+}
+
+/// Take one pending ptrace-stop of `pid` off the wait queue, if there is
+/// one. Only stops: an exit stays queued for `waitid(WEXITED)`.
+pub fn trace_take_stop(pid: libc::pid_t) -> io::Result<Option<TraceStop>> {
+    // SAFETY: an all-zero siginfo_t is a valid value.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only into `info`, which we own.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WSTOPPED | libc::WNOHANG,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: waitid filled a SIGCHLD siginfo (or left it zeroed: pid 0).
+    let (from, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if from == 0 {
+        return Ok(None);
+    }
+    let (sig, event) = (status & 0xff, status >> 8);
+    Ok(Some(match event {
+        libc::PTRACE_EVENT_EXIT => TraceStop::Exit,
+        libc::PTRACE_EVENT_STOP => TraceStop::Group(sig),
+        _ => TraceStop::Signal(sig),
+    }))
+}
+
+/// Let a stopped tracee go on as the kernel would have run it untraced:
+/// the exit continues (and the trace ends), a signal is delivered, a real
+/// group-stop stays stopped until SIGCONT (`PTRACE_LISTEN`).
+pub fn trace_resume(pid: libc::pid_t, stop: TraceStop) -> io::Result<()> {
+    let stop_signal = |s: i32| {
+        matches!(
+            s,
+            libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
+        )
+    };
+    let (request, data) = match stop {
+        TraceStop::Exit => (libc::PTRACE_DETACH, 0),
+        TraceStop::Group(s) if stop_signal(s) => (libc::PTRACE_LISTEN, 0),
+        TraceStop::Group(_) => (libc::PTRACE_CONT, 0),
+        TraceStop::Signal(s) => (libc::PTRACE_CONT, s),
+    };
+    // SAFETY: a ptrace request on our own stopped tracee with integer
+    // arguments; no memory is passed.
+    let r = unsafe {
+        libc::ptrace(
+            request,
+            pid,
+            std::ptr::null_mut::<libc::c_void>(),
+            data as libc::c_long,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Fork the governed child and exec the verified executable through its fd.
 pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     // Everything the child touches is prepared here, before fork.
@@ -461,6 +629,13 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         *slot = f.as_raw_fd();
     }
     let cgroup_procs = spec.cgroup_v2_procs_fd.map(dup_high).transpose()?;
+    // Under a new PID namespace the main process is seized before it runs
+    // anything of its own (see `ExitTrace`): a two-pipe handshake.
+    let handshake = if spec.new_pid_namespace {
+        Some(TraceHandshake::new()?)
+    } else {
+        None
+    };
     let (err_r, err_w_low) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let err_w = dup_high(err_w_low.as_raw_fd())?;
     // Only the child may hold a write end, or EOF would never come.
@@ -507,6 +682,12 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
             // SAFETY: getpid has no preconditions.
             unsafe { libc::getpid() }
         },
+        trace_child_ends: handshake
+            .as_ref()
+            .map_or([-1, -1], TraceHandshake::child_ends),
+        trace_parent_ends: handshake
+            .as_ref()
+            .map_or([-1, -1], TraceHandshake::parent_ends),
     };
     let ns_flags = if spec.new_pid_namespace {
         libc::CLONE_NEWPID as u64
@@ -531,11 +712,20 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         Err(e) => return Err(e),
     };
     drop(err_w);
+    let exit_trace = match handshake {
+        Some(h) => h.seize(pid),
+        None => ExitTrace::NotAsked,
+    };
     crate::testing::fault::point("after_fork");
     let mut report = [0u8; 5];
     let n = read_full(err_r.as_raw_fd(), &mut report)?;
     if n == 0 {
-        return Ok(Spawned::Running { pid, pidfd, path });
+        return Ok(Spawned::Running {
+            pid,
+            pidfd,
+            path,
+            exit_trace,
+        });
     }
     // The child failed before or at exec and has exited: reap it now.
     let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
@@ -737,6 +927,12 @@ struct ChildPlan<'a> {
     seccomp: *const libc::sock_fprog,
     cgroup_procs: RawFd,
     parent: libc::pid_t,
+    /// Under a new PID namespace: `[ready_w, go_r]`, the child's ends of the
+    /// handshake that lets the parent seize it before anything else runs
+    /// (`-1` when unused), and `[ready_r, go_w]`, the parent's ends, which
+    /// the child closes so that a parent that dies is seen as EOF.
+    trace_child_ends: [RawFd; 2],
+    trace_parent_ends: [RawFd; 2],
 }
 
 /// `struct landlock_path_beneath_attr` (packed, as the kernel reads it).
@@ -834,6 +1030,26 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+
+        // Under a new PID namespace: become seizable for the parent (this
+        // copy of its address space is non-dumpable, and without
+        // CAP_SYS_PTRACE it could not attach), say so, wait until it has
+        // seized us, and be non-dumpable again. A parent that died reads
+        // as EOF: its ends were closed here first.
+        if p.trace_child_ends[0] >= 0 {
+            libc::close(p.trace_parent_ends[0]);
+            libc::close(p.trace_parent_ends[1]);
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            let byte = 1u8;
+            libc::write(p.trace_child_ends[0], (&byte as *const u8).cast(), 1);
+            let mut go = 0u8;
+            if libc::read(p.trace_child_ends[1], (&mut go as *mut u8).cast(), 1) != 1 {
+                child_fail(p.err_w, ChildStep::ParentGone);
+            }
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            libc::close(p.trace_child_ends[0]);
+            libc::close(p.trace_child_ends[1]);
+        }
 
         // Join the run's v1 cgroups first (one thread: no threadgroup lock),
         // so every descendant is born inside.

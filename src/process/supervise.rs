@@ -17,6 +17,7 @@
 //! thread from the start of `main` and read through a signalfd in the same
 //! `poll` as the main process's pidfd and the output-cap notification.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -33,7 +34,7 @@ use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::model::{Cleanup, CleanupState, KernelView, Limits, Resources, StreamRecord};
-use crate::os::sys::{self, ChildStep, SpawnPath, SpawnSpec, Spawned};
+use crate::os::sys::{self, ChildStep, ExitTrace, SpawnPath, SpawnSpec, Spawned, TraceStop};
 use crate::process::accounting;
 use crate::process::capture::StreamCapture;
 use crate::process::cgroup::RunCgroups;
@@ -70,6 +71,8 @@ pub enum Ending {
 }
 
 pub struct Supervised {
+    /// Under a new PID namespace: whether its teardown was observed.
+    pub exit_trace: ExitTrace,
     pub ending: Ending,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
@@ -241,7 +244,7 @@ pub struct Plan<'a> {
 /// early return (a `?` after the spawn) drops it, and dropping it runs the
 /// kill-and-confirm loop, so no path out of `run` leaves the tree behind.
 struct TreeOwner<'a> {
-    main: Pid,
+    main: &'a Main,
     cgroups: &'a RunCgroups,
     confirmed: bool,
 }
@@ -259,7 +262,7 @@ impl Drop for TreeOwner<'_> {
         if !self.confirmed {
             let _ = kill_all_and_confirm(self.main, false, self.cgroups);
             // Reap the main process too: nothing else will now.
-            let _ = waitpid(self.main, Some(WaitPidFlag::WNOHANG));
+            let _ = waitpid(self.main.pid, Some(WaitPidFlag::WNOHANG));
         }
     }
 }
@@ -355,19 +358,29 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
             std::io::Error::from_raw_os_error(libc::ENOSYS),
         ));
     }
-    let (pid, pidfd, spawn_path) = match sys::spawn(&spec).map_err(SuperviseError::NotStarted)? {
-        Spawned::Failed { step, errno, path } => {
-            return Ok(RunResult::NotExecuted {
-                step,
-                errno,
-                spawn_path: path,
-            })
-        }
-        Spawned::Running { pid, pidfd, path } => (pid, pidfd, path),
-    };
+    let (pid, pidfd, spawn_path, exit_trace) =
+        match sys::spawn(&spec).map_err(SuperviseError::NotStarted)? {
+            Spawned::Failed { step, errno, path } => {
+                return Ok(RunResult::NotExecuted {
+                    step,
+                    errno,
+                    spawn_path: path,
+                })
+            }
+            Spawned::Running {
+                pid,
+                pidfd,
+                path,
+                exit_trace,
+            } => (pid, pidfd, path, exit_trace),
+        };
     drop(out_w);
     drop(err_w);
-    let main = Pid::from_raw(pid);
+    let main = &Main {
+        pid: Pid::from_raw(pid),
+        trace: exit_trace,
+        alive_at_exit: RefCell::new(Ok(HashSet::new())),
+    };
     let owner = TreeOwner {
         main,
         cgroups,
@@ -393,13 +406,13 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     // SIGKILL follows in `kill_all_and_confirm`.
     match ending {
         Ending::TimedOut => {
-            terminate_tree(main, Signal::SIGTERM);
+            terminate_tree(main.pid, Signal::SIGTERM);
             let grace = Duration::from_millis(limits.kill_grace_ms);
             wait_main_exit(main, &pidfd, signals, grace);
         }
         Ending::Cancelled(sig) => {
             let sig = Signal::try_from(sig).unwrap_or(Signal::SIGTERM);
-            terminate_tree(main, sig);
+            terminate_tree(main.pid, sig);
             let grace = Duration::from_millis(limits.cancel_grace_ms);
             wait_main_exit(main, &pidfd, signals, grace);
         }
@@ -414,7 +427,7 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     }
     // Never block on a main process that could not be confirmed gone.
     let status = if main_has_exited(main) {
-        waitpid(main, None).ok()
+        waitpid(main.pid, None).ok()
     } else {
         None
     };
@@ -468,6 +481,7 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     );
     let main_oom_killed = kernel_log.and_then(|k| k.oom_killed(pid));
     Ok(RunResult::Ran(Box::new(Supervised {
+        exit_trace: main.trace,
         ending,
         exit_code,
         signal,
@@ -485,7 +499,7 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
 
 /// Wait for the first of: main exit, deadline, output cap, a cancelling signal.
 fn wait_for_ending(
-    main: Pid,
+    main: &Main,
     pidfd: &OwnedFd,
     signals: &mut SignalFd,
     note: &OwnedFd,
@@ -514,11 +528,12 @@ fn wait_for_ending(
             return Ok(Ending::OutputCapped);
         }
         if sig_ready {
-            if let Some(sig) = read_signals(signals, main) {
+            if let Some(sig) = read_signals(signals, main.pid) {
                 return Ok(Ending::Cancelled(sig));
             }
         }
-        if main_ready && main_has_exited(main) {
+        // A traced main process's stops arrive as SIGCHLD, not on its pidfd.
+        if (main_ready || sig_ready) && main_has_exited(main) {
             return Ok(Ending::MainExited);
         }
     }
@@ -539,17 +554,75 @@ fn read_signals(signals: &mut SignalFd, main: Pid) -> Option<i32> {
     cancel
 }
 
-fn main_has_exited(main: Pid) -> bool {
+fn main_has_exited(main: &Main) -> bool {
+    if main.trace == ExitTrace::Seized {
+        main.serve_stops();
+    }
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-    !matches!(
-        waitid(Id::Pid(main), flags),
-        Ok(WaitStatus::StillAlive) | Err(_)
+    matches!(
+        waitid(Id::Pid(main.pid), flags),
+        Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
     )
+}
+
+/// The main process of the run.
+struct Main {
+    pid: Pid,
+    trace: ExitTrace,
+    /// Under a traced PID namespace: every other process of the run alive
+    /// when the main process began to exit, which the kernel's teardown of
+    /// the namespace then kills (an error if the tree could not be read at
+    /// that moment).
+    alive_at_exit: RefCell<std::io::Result<HashSet<i32>>>,
+}
+
+impl Main {
+    /// Resume every pending ptrace-stop as the kernel would have run it
+    /// untraced; at the exit stop, first count the rest of the namespace.
+    fn serve_stops(&self) {
+        let pid = self.pid.as_raw();
+        while let Ok(Some(stop)) = sys::trace_take_stop(pid) {
+            if stop == TraceStop::Exit {
+                let alive = descendants().map(|tree| {
+                    tree.iter()
+                        .map(|n| n.pid)
+                        .filter(|&p| p != pid && proc_state(p).is_some_and(|(st, _)| st != 'Z'))
+                        .collect()
+                });
+                *self.alive_at_exit.borrow_mut() = alive;
+            }
+            let _ = sys::trace_resume(pid, stop);
+        }
+    }
+
+    /// The leftovers: those seen alive during cleanup and, under a traced
+    /// PID namespace, those alive when the main process began to exit.
+    fn leftovers(&self, seen_in_cleanup: &HashSet<i32>) -> u64 {
+        match &*self.alive_at_exit.borrow() {
+            Ok(at_exit) => seen_in_cleanup.union(at_exit).count() as u64,
+            Err(_) => seen_in_cleanup.len() as u64,
+        }
+    }
+}
+
+impl Supervised {
+    /// Why the processes left behind could not all be counted: under a
+    /// PID namespace whose teardown was not observed (CONTRACT §7: the
+    /// kernel kills them as part of PID 1's exit, before any wait).
+    pub fn leftovers_uncounted(&self) -> Option<String> {
+        match self.exit_trace {
+            ExitTrace::Refused(errno) => Some(format!(
+                "under --pid-namespace the kernel kills every other process of the run when the main process ends, and ptrace, by which governed-exec counts them first, was refused ({}): processes left behind could not be counted",
+                nix::errno::Errno::from_raw(errno).desc()
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// During the grace period: wait for the main process, or a second
 /// cancelling signal, which cuts the grace short.
-fn wait_main_exit(main: Pid, pidfd: &OwnedFd, signals: &mut SignalFd, grace: Duration) {
+fn wait_main_exit(main: &Main, pidfd: &OwnedFd, signals: &mut SignalFd, grace: Duration) {
     let end = Instant::now() + grace;
     while !main_has_exited(main) {
         let left = end.saturating_duration_since(Instant::now());
@@ -565,7 +638,8 @@ fn wait_main_exit(main: Pid, pidfd: &OwnedFd, signals: &mut SignalFd, grace: Dur
         if poll(&mut fds, timeout).is_err() {
             continue;
         }
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) && read_signals(signals, main).is_some()
+        if fds[1].revents().is_some_and(|r| !r.is_empty())
+            && read_signals(signals, main.pid).is_some()
         {
             return;
         }
@@ -681,7 +755,8 @@ fn reap_strays(main: Pid) {
 
 /// SIGKILL everything until the tree is observed empty (the main process
 /// only as an unreaped zombie), or the confirm bound passes.
-fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroups) -> Cleanup {
+fn kill_all_and_confirm(main: &Main, count_as_leftovers: bool, cgroups: &RunCgroups) -> Cleanup {
+    let pid = main.pid;
     let end = Instant::now() + CONFIRM_BOUND;
     let mechanism = if cgroups.has_kill() {
         format!("{CLEANUP_MECHANISM}+cgroup.kill")
@@ -694,14 +769,14 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
     let mut first = true;
     loop {
         if !main_has_exited(main) {
-            let _ = killpg(main, Signal::SIGKILL);
+            let _ = killpg(pid, Signal::SIGKILL);
         }
         // Fast path: while the v2 group itself says it is populated, the run
         // is not gone; kill through it and reap without walking /proc (the
         // first pass has already counted everything alive).
         if !first && matches!(cgroups.populated(), Some(Ok(true))) && Instant::now() < end {
             cgroups.kill();
-            reap_strays(main);
+            reap_strays(pid);
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(5));
             continue;
@@ -713,7 +788,7 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
         match cgroups.members() {
             Ok(ms) => {
                 for m in ms {
-                    if m != main.as_raw() && proc_state(m).is_some_and(|(st, _)| st != 'Z') {
+                    if m != pid.as_raw() && proc_state(m).is_some_and(|(st, _)| st != 'Z') {
                         seen_alive.insert(m);
                     }
                 }
@@ -730,7 +805,7 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
         });
         let mut present = Vec::new();
         for node in &tree {
-            if node.pid == main.as_raw() {
+            if node.pid == pid.as_raw() {
                 continue;
             }
             present.push(node.pid);
@@ -738,12 +813,12 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
                 seen_alive.insert(node.pid);
             }
         }
-        reap_strays(main);
+        reap_strays(pid);
         let main_done = main_has_exited(main);
         // The cgroups are a second, independent witness: a process that is
         // not in our tree but still in the run's cgroup is not gone.
         let members: Vec<i32> = match cgroups.members() {
-            Ok(ms) => ms.into_iter().filter(|p| *p != main.as_raw()).collect(),
+            Ok(ms) => ms.into_iter().filter(|p| *p != pid.as_raw()).collect(),
             Err(_) => {
                 blind = true;
                 Vec::new()
@@ -764,7 +839,7 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
                 state: CleanupState::Gone,
                 mechanism: mechanism.clone(),
                 leftover_processes_killed: if count_as_leftovers {
-                    seen_alive.len() as u64
+                    main.leftovers(&seen_alive)
                 } else {
                     0
                 },
@@ -776,13 +851,13 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
         }
         if Instant::now() >= end {
             if !main_done {
-                present.push(main.as_raw());
+                present.push(pid.as_raw());
             }
             return Cleanup {
                 state: CleanupState::NotConfirmed,
                 mechanism: mechanism.clone(),
                 leftover_processes_killed: if count_as_leftovers {
-                    seen_alive.len() as u64
+                    main.leftovers(&seen_alive)
                 } else {
                     0
                 },

@@ -1203,6 +1203,10 @@ fn execute(
             receipt_body.cleanup.witness = witness;
             receipt_body.cleanup.evadable = evadable;
             receipt_body.cleanup.evadable_why = why;
+            if let Some(why) = s.leftovers_uncounted() {
+                receipt_body.cleanup.evadable = true;
+                receipt_body.cleanup.evadable_why = why;
+            }
             receipt_body.streams = Streams {
                 stdout: s.stdout.clone(),
                 stderr: s.stderr.clone(),

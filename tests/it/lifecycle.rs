@@ -1,5 +1,6 @@
 //! Bounded process lifecycle: exit mapping, timeouts, leftovers.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -99,4 +100,173 @@ fn grandchild_holding_stdout_after_double_fork_does_not_hang_the_run() {
             >= 1
     );
     assert_eq!(r.predicate()["streams"]["stdout"]["complete"], true);
+}
+
+/// Processes left behind by a main process that exits 0, found on the host
+/// by a `sleep` duration unique to this test process (inside a PID
+/// namespace `$!` is the namespace's pid).
+fn left_behind_sleep(e: &Env, iso: &[&str], marker: u64) -> (Run, PathBuf) {
+    e.set_goal(
+        r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+      "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#,
+    );
+    let started = e.ws.join("started");
+    let script = format!(
+        "sleep {marker} & setsid sleep {marker} & touch {s}; exit 0",
+        s = started.display()
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(iso, &probe);
+    e.run_to_file("r.json", &probe)
+}
+
+fn sleeps_alive(marker: u64) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter(|d| {
+            std::fs::read(d.path().join("cmdline"))
+                .is_ok_and(|c| c == format!("sleep\0{marker}\0").as_bytes())
+        })
+        .filter_map(|d| d.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|p| pid_alive(*p))
+        .collect()
+}
+
+/// CONTRACT §7 and `no_leftover_processes`: processes alive when the main
+/// process ended are leftovers whoever killed them. Under a PID namespace
+/// the kernel kills them as part of PID 1's exit, before any wait sees
+/// them; the count must still be the same as without the namespace, so the
+/// same task is not VERIFIED_DONE under one isolation and NOT_VERIFIED
+/// under the other.
+#[test]
+fn leftovers_count_the_same_with_and_without_a_pid_namespace() {
+    let mut counts = Vec::new();
+    for iso in [&[][..], &["--pid-namespace"][..]] {
+        let e = Env::new();
+        let marker = 2_000_000 + u64::from(std::process::id()) * 2 + iso.len() as u64;
+        let (r, receipt) = left_behind_sleep(&e, iso, marker);
+        if r.code == 125 && r.stderr.contains("pid") {
+            skip!(
+                "leftovers_count_the_same_with_and_without_a_pid_namespace: no PID namespace here: {}",
+                r.stderr
+            );
+            return;
+        }
+        assert_eq!(r.code, 0, "{iso:?}: {}", r.stderr);
+        let c = &r.predicate()["cleanup"];
+        assert_eq!(c["state"], "gone", "{iso:?}: {c}");
+        assert!(sleeps_alive(marker).is_empty(), "{iso:?}: a sleep survived");
+        let (code, out) = e.verify(&receipt);
+        assert_eq!(code, 1, "{iso:?}: {out}");
+        assert!(
+            out.contains("2 process(es) outlived the main process"),
+            "{iso:?}: {out}"
+        );
+        counts.push(c["leftover_processes_killed"].clone());
+    }
+    assert_eq!(counts, [2, 2]);
+}
+
+/// The main process under a PID namespace is watched through ptrace; the
+/// program must not notice: signals it sends itself are delivered, a stop
+/// waits for SIGCONT, and a clean run with nothing left behind is 0.
+#[test]
+fn a_pid_namespace_main_gets_its_signals_and_stops_as_untraced() {
+    let e = Env::new();
+    e.set_goal(
+        r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+      "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#,
+    );
+    let script = "trap 'echo got-usr1' USR1; kill -USR1 $$; \
+                  (sleep 0.3; kill -CONT $$) & kill -STOP $$; echo resumed; wait; exit 0";
+    let probe = ["sh", "-c", script];
+    e.approve(&["--pid-namespace", "--wall-time", "20s"], &probe);
+    let r = e.run(&[], &probe);
+    if r.code == 125 && r.stderr.contains("pid") {
+        skip!(
+            "a_pid_namespace_main_gets_its_signals_and_stops_as_untraced: no PID namespace here: {}",
+            r.stderr
+        );
+        return;
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = r.stdout_text();
+    assert!(out.contains("got-usr1") && out.contains("resumed"), "{out}");
+    assert_eq!(r.predicate()["cleanup"]["leftover_processes_killed"], 0);
+    assert_eq!(r.predicate()["isolation"]["pid_namespace"], true);
+}
+
+/// A TERM-ignoring main under a PID namespace: the timeout's SIGTERM is a
+/// traced signal too; it must still end `timed_out_reaped`, everything gone.
+#[test]
+fn a_pid_namespace_timeout_still_reaps_a_term_ignoring_main() {
+    let e = Env::new();
+    let probe = [
+        "sh",
+        "-c",
+        "trap '' TERM; sleep 1000 & while :; do sleep 1; done",
+    ];
+    e.approve(
+        &[
+            "--pid-namespace",
+            "--wall-time",
+            "1s",
+            "--kill-grace",
+            "300ms",
+        ],
+        &probe,
+    );
+    let r = e.run(&[], &probe);
+    if r.code == 125 && r.stderr.contains("pid") {
+        skip!(
+            "a_pid_namespace_timeout_still_reaps_a_term_ignoring_main: no PID namespace here: {}",
+            r.stderr
+        );
+        return;
+    }
+    assert_eq!(r.code, 124, "{}", r.stderr);
+    assert_eq!(r.class(), "timed_out_reaped");
+    assert_eq!(r.predicate()["cleanup"]["state"], "gone");
+}
+
+/// Where ptrace is refused (a seccomp profile, Yama's mode 3), a PID
+/// namespace's teardown cannot be counted: the receipt says so, and
+/// `no_leftover_processes` is not met on a count that was never taken.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn an_unobserved_pid_namespace_teardown_is_not_a_count_of_zero() {
+    let e = Env::new();
+    e.set_goal(
+        r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+      "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#,
+    );
+    let probe = ["sh", "-c", "exit 0"];
+    e.approve(&["--pid-namespace"], &probe);
+    let r = finish_run(output(
+        e.run_cmd(&[], &probe)
+            .env("GOVERNED_EXEC_FAULT", "ptrace_refused"),
+    ));
+    let receipt = e.path("r.json");
+    std::fs::write(&receipt, &r.stdout).unwrap();
+    if r.code == 125 && r.stderr.contains("pid") {
+        skip!(
+            "an_unobserved_pid_namespace_teardown_is_not_a_count_of_zero: no PID namespace here: {}",
+            r.stderr
+        );
+        return;
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let c = &r.predicate()["cleanup"];
+    assert_eq!(c["evadable"], true, "{c}");
+    assert!(
+        c["evadable_why"]
+            .as_str()
+            .unwrap()
+            .contains("ptrace, by which governed-exec counts them first, was refused"),
+        "{c}"
+    );
+    let (code, out) = e.verify(&receipt);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no_leftover_processes"), "{out}");
 }
