@@ -10,6 +10,13 @@
 # root (the server refuses to run as root), with SCRAM password auth on
 # 127.0.0.1 and a random password, on a free port. Exit 1 (and say why on
 # stderr) when no cluster can be had; the tests then SKIP loudly.
+#
+# With openssl, the server also speaks TLS, with a certificate for the
+# address 127.0.0.1 only (no DNS name) from a throwaway CA: the ledger tests
+# check that verify-full refuses the name `localhost`, that a root the
+# server's chain does not lead to is refused with its cause, and that the
+# right root and address connect (GOVERNED_EXEC_TEST_PG_CA,
+# GOVERNED_EXEC_TEST_PG_OTHER_CA).
 set -euo pipefail
 
 find_bin() {
@@ -53,8 +60,26 @@ start)
     --auth-local=scram-sha-256 --auth-host=scram-sha-256 -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; exit 1; }
   rm -f "$dir/pwfile"
+  tls_opts=""
+  if command -v openssl >/dev/null; then
+    tls="$dir/tls"; mkdir -p "$tls"
+    ec="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+    for ca in ca other-ca; do
+      openssl req -x509 $ec -keyout "$tls/$ca.key" -out "$tls/$ca.pem" -days 3 \
+        -subj "/CN=governed-exec test $ca" 2>/dev/null
+    done
+    openssl req $ec -keyout "$tls/server.key" -out "$tls/server.csr" \
+      -subj "/CN=governed-exec test server" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > "$tls/ext"
+    openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
+      -CAcreateserial -days 3 -extfile "$tls/ext" -out "$tls/server.pem" 2>/dev/null
+    chmod 600 "$tls/server.key"
+    [ "$(id -u)" = 0 ] && chown postgres: "$tls/server.key" "$tls/server.pem"
+    chmod 755 "$tls"
+    tls_opts="-c ssl=on -c ssl_cert_file=$tls/server.pem -c ssl_key_file=$tls/server.key"
+  fi
   as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 $tls_opts" start >/dev/null \
     || { cat "$dir/server.log" >&2; exit 1; }
   cat <<ENV
 export GOVERNED_EXEC_TEST_PG_BIN=$bin
@@ -65,6 +90,10 @@ export PGPORT=$port
 export PGUSER=postgres
 export PGPASSWORD=$password
 ENV
+  if [ -n "$tls_opts" ]; then
+    echo "export GOVERNED_EXEC_TEST_PG_CA=$tls/ca.pem"
+    echo "export GOVERNED_EXEC_TEST_PG_OTHER_CA=$tls/other-ca.pem"
+  fi
   ;;
 stop)
   bin=$(find_bin) || exit 0

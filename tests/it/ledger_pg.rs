@@ -424,21 +424,75 @@ fn a_server_error_is_shown_in_the_servers_words_with_its_sqlstate_and_no_passwor
     }
 }
 
+/// The test cluster's TLS roots (scripts/pg-test-cluster.sh): the CA of
+/// its certificate, which names the address 127.0.0.1 and no DNS name, and
+/// a CA it does not lead to.
+fn tls_roots() -> Option<(String, String)> {
+    Some((
+        std::env::var("GOVERNED_EXEC_TEST_PG_CA").ok()?,
+        std::env::var("GOVERNED_EXEC_TEST_PG_OTHER_CA").ok()?,
+    ))
+}
+
+/// `journal --ledger L list` under a TLS mode and root.
+fn list_with_tls(ledger: &str, mode: &str, root: Option<&str>) -> (Option<i32>, String) {
+    let mut c = cmd();
+    c.args(["journal", "--ledger", ledger, "list"])
+        .env("PGSSLMODE", mode)
+        .env_remove("PGSSLROOTCERT");
+    if let Some(r) = root {
+        c.env("PGSSLROOTCERT", r);
+    }
+    let o = output(c);
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn a_tls_failure_names_its_cause() {
     let pg = need_pg!();
+    let Some((_, other_ca)) = tls_roots() else {
+        skip!("a_tls_failure_names_its_cause: the test cluster speaks no TLS (no openssl when it started)");
+        return;
+    };
     let ledger = pg.new_ledger();
-    // The test cluster speaks no TLS: a ledger that requires it fails in
-    // the handshake, and the error says why, not only that it failed.
-    let o = output(
-        cmd()
-            .args(["journal", "--ledger", &ledger, "list"])
-            .env("PGSSLMODE", "require"),
-    );
-    assert_eq!(o.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&o.stderr);
+    // A root the server's chain does not lead to: the error says the
+    // certificate is not trusted, not only that a handshake failed.
+    let (code, err) = list_with_tls(&ledger, "verify-ca", Some(&other_ca));
+    assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains("error performing TLS handshake: server does not support TLS"),
+        err.contains("error performing TLS handshake") && err.contains("UnknownIssuer"),
         "{err}"
     );
+}
+
+/// libpq's `sslmode` on rustls, against a real server: `verify-full` checks
+/// the host name (a man in the middle with a certificate for another name
+/// serves a fake ledger), `verify-ca` only the chain, `require` encrypts.
+#[test]
+fn verify_full_refuses_a_certificate_for_another_name() {
+    let pg = need_pg!();
+    let Some((ca, _)) = tls_roots() else {
+        skip!("verify_full_refuses_a_certificate_for_another_name: the test cluster speaks no TLS (no openssl when it started)");
+        return;
+    };
+    let ledger = pg.new_ledger();
+    let by_name = ledger.replacen("127.0.0.1", "localhost", 1);
+    let (code, err) = list_with_tls(&by_name, "verify-full", Some(&ca));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("error performing TLS handshake")
+            && err.contains("certificate not valid for name \"localhost\""),
+        "{err}"
+    );
+    for (address, mode, root) in [
+        (&by_name, "verify-ca", Some(ca.as_str())),
+        (&ledger, "verify-full", Some(ca.as_str())),
+        (&by_name, "require", None),
+    ] {
+        let (code, err) = list_with_tls(address, mode, root);
+        assert_eq!(code, Some(0), "{address} {mode}: {err}");
+    }
 }
