@@ -634,3 +634,238 @@ fn user_1000_with_a_root_owned_state_volume_is_told_whose_it_is() {
         "exited"
     );
 }
+
+/// The `governed-tests` job's shell lines from the shipped
+/// ci/gitlab-ci.yml (`before_script`, then `script`), each continuation
+/// joined, without the two that install governed-exec (the image has it),
+/// and its `variables`.
+fn gitlab_job(yaml: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let job: Vec<&str> = yaml
+        .lines()
+        .skip_while(|l| *l != "governed-tests:")
+        .skip(1)
+        .take_while(|l| l.is_empty() || l.starts_with(' ') || l.starts_with('#'))
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect();
+    let (mut lines, mut vars) = (Vec::<String>::new(), Vec::new());
+    let mut section = "";
+    for l in job {
+        let t = l.trim();
+        if !l.starts_with("    ") && t.ends_with(':') {
+            section = t.trim_end_matches(':');
+        } else if section == "variables" && t.contains(": ") {
+            let (k, v) = t.split_once(": ").unwrap();
+            vars.push((k.to_string(), v.trim_matches('"').to_string()));
+        } else if section == "before_script" || section == "script" {
+            if let Some(item) = t.strip_prefix("- ") {
+                lines.push(item.to_string());
+            } else if !t.is_empty() {
+                let last = lines.last_mut().expect("a continuation after an item");
+                last.push(' ');
+                last.push_str(t);
+            }
+        }
+    }
+    lines.retain(|l| !l.contains("GOVERNED_EXEC_REPO") && !l.contains("install -m 0755"));
+    (lines, vars)
+}
+
+/// The host's rustup toolchain: (the dir holding `rustup`, RUSTUP_HOME).
+fn host_toolchain() -> Option<(PathBuf, PathBuf)> {
+    let rustup = std::env::var("PATH")
+        .ok()?
+        .split(':')
+        .map(|d| Path::new(d).join("rustup"))
+        .find(|p| p.is_file())?;
+    let home = Command::new(&rustup).args(["show", "home"]).output().ok()?;
+    let home = PathBuf::from(String::from_utf8_lossy(&home.stdout).trim());
+    home.is_dir()
+        .then(|| (rustup.parent().unwrap().to_path_buf(), home))
+}
+
+/// Issue 20 §4: the shipped GitLab flow, exactly as ci/gitlab-ci.yml says,
+/// in a container of a FROM-scratch image under Docker's defaults (no
+/// CAP_SYS_ADMIN, clone3 filtered, read-only cgroupfs), the job as root in
+/// the container, the lease's `as_user 1000` and write scope on the child,
+/// the shipped ci/governed-step.sh running a real nested `cargo test
+/// --locked` with the CI image's toolchain layout (/usr/local/cargo,
+/// /usr/local/rustup, here the host's, read-only), and the PostgreSQL
+/// ledger over TLS with `PGSSLMODE=verify-full` and the committed
+/// ci/ledger-ca.pem. The project is a one-test crate (the real one's suite
+/// cannot nest in itself); every ci/ file is the shipped one.
+#[test]
+fn the_shipped_gitlab_job_runs_its_real_cargo_test_in_a_container() {
+    const NAME: &str = "the_shipped_gitlab_job_runs_its_real_cargo_test_in_a_container";
+    if !is_root() {
+        skip!("{NAME}: needs root (Docker, a chown to uid 1000)");
+        return;
+    }
+    let image = require_docker!(NAME);
+    let cluster = |k: &str| std::env::var(k).ok();
+    let (Some(port), Some(pg_bin), Some(ca), Some(password)) = (
+        cluster("GOVERNED_EXEC_TEST_PG_PORT"),
+        cluster("GOVERNED_EXEC_TEST_PG_BIN"),
+        cluster("GOVERNED_EXEC_TEST_PG_CA"),
+        cluster("PGPASSWORD"),
+    ) else {
+        skip!("{NAME}: no PostgreSQL test cluster with TLS (scripts/test.sh starts one)");
+        return;
+    };
+    let Some((cargo_bin, rustup_home)) = host_toolchain() else {
+        skip!("{NAME}: no rustup toolchain on PATH");
+        return;
+    };
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shipped = |rel: &str| std::fs::read_to_string(repo.join(rel)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let at = |rel: &str| dir.path().join(rel);
+    let origin = at("origin");
+    std::fs::create_dir_all(origin.join("ci")).unwrap();
+    std::fs::create_dir_all(origin.join("src")).unwrap();
+    if !git(&origin, &["init", "-q"]) {
+        skip!("{NAME}: git is not installed");
+        return;
+    }
+    let db = format!("ge_gitlab_{}", std::process::id());
+    let o = Command::new(Path::new(&pg_bin).join("createdb"))
+        .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres", &db])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ledger = format!("postgres://127.0.0.1:{port}/{db}");
+    let shipped_ledger = "postgres://ledger.example.internal:5432/governed_exec";
+    // The project: the shipped ci/ files, a one-test crate, the ledger's CA.
+    for f in [
+        "ci/goal.json",
+        "ci/governed-step.sh",
+        "ci/gitlab-ci.yml",
+        ".gitignore",
+    ] {
+        std::fs::copy(repo.join(f), origin.join(f)).unwrap();
+    }
+    std::fs::write(
+        origin.join("ci/approvals.toml"),
+        shipped("ci/approvals.toml").replace(shipped_ledger, &ledger),
+    )
+    .unwrap();
+    std::fs::copy(&ca, origin.join("ci/ledger-ca.pem")).unwrap();
+    std::fs::write(
+        origin.join("Cargo.toml"),
+        "[package]\nname = \"shipped-step-probe\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        origin.join("Cargo.lock"),
+        "# This file is automatically @generated by Cargo.\n# It is not intended for manual editing.\nversion = 4\n\n[[package]]\nname = \"shipped-step-probe\"\nversion = \"0.1.0\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        origin.join("src/lib.rs"),
+        "pub fn add(a: u32, b: u32) -> u32 { a + b }\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn adds() { assert_eq!(super::add(2, 2), 4); }\n}\n",
+    )
+    .unwrap();
+    // The approver, once, on their machine: keys, the approvals file.
+    for k in ["approver", "ci-runner"] {
+        assert!(output(cmd().arg("keygen").arg("--out").arg(at(k)))
+            .status
+            .success());
+    }
+    std::fs::copy(at("approver.pub"), origin.join("ci/approver.pub")).unwrap();
+    std::fs::copy(at("ci-runner.pub"), origin.join("ci/runner.pub")).unwrap();
+    let o = output(
+        cmd()
+            .current_dir(&origin)
+            .args([
+                "approve",
+                "--file",
+                "ci/approvals.toml",
+                "--manifest",
+                "ci/manifest.json",
+                "--key",
+            ])
+            .arg(at("approver.key")),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(git(&origin, &["add", "-A"]) && git(&origin, &["commit", "-qm", "ci"]));
+    assert!(git(
+        dir.path(),
+        &["clone", "-q", origin.to_str().unwrap(), "project"]
+    ));
+    // The CI secret (a file variable), readable by the job's root only.
+    std::fs::create_dir(at("secrets")).unwrap();
+    std::fs::copy(at("ci-runner.key"), at("secrets/runner.key")).unwrap();
+
+    // The job, line by line as the YAML has it; the approvals job's check first.
+    let (lines, vars) = gitlab_job(&shipped("ci/gitlab-ci.yml"));
+    assert!(
+        lines.iter().any(|l| l.starts_with("governed-exec run ")),
+        "{lines:?}"
+    );
+    let check =
+        "governed-exec approve --file ci/approvals.toml --manifest ci/manifest.json --check";
+    assert!(shipped("ci/gitlab-ci.yml").contains(check));
+    let script = std::iter::once(check.to_string())
+        .chain(lines)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut args: Vec<String> = ["run", "--rm", "--network", "host", "-w", "/builds/project"]
+        .map(String::from)
+        .to_vec();
+    let mut mount = |host: &Path, inside: &str, ro: bool| {
+        args.push("-v".into());
+        args.push(format!(
+            "{}:{inside}{}",
+            host.display(),
+            if ro { ":ro" } else { "" }
+        ));
+    };
+    mount(&at("project"), "/builds/project", false);
+    mount(&at("secrets"), "/run/secrets", true);
+    // The CI image's toolchain layout, and what cargo links with.
+    mount(&cargo_bin, "/usr/local/cargo/bin", true);
+    mount(&rustup_home, "/usr/local/rustup", true);
+    for d in ["/usr/bin", "/usr/lib", "/usr/libexec", "/etc/alternatives"] {
+        if Path::new(d).is_dir() {
+            mount(Path::new(d), d, true);
+        }
+    }
+    mount(Path::new("/usr/lib"), "/lib", true);
+    if Path::new("/usr/lib64").is_dir() {
+        mount(Path::new("/usr/lib64"), "/lib64", true);
+    }
+    let mut env = |k: &str, v: &str| {
+        args.push("-e".into());
+        args.push(format!("{k}={v}"));
+    };
+    for (k, v) in &vars {
+        match k.as_str() {
+            "GOVERNED_EXEC_LEDGER" => env(k, &v.replace(shipped_ledger, &ledger)),
+            // The test cluster's one role.
+            "PGUSER" => env(k, "postgres"),
+            _ => env(k, v),
+        }
+    }
+    env("PGPASSWORD", &password);
+    env("CI_PROJECT_DIR", "/builds/project");
+    env("GOVERNED_EXEC_RUNNER_KEY", "/run/secrets/runner.key");
+    args.extend(["--entrypoint", "/bin/sh", &image, "-ec", &script].map(String::from));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = docker(&refs);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(err.contains("test tests::adds ... ok"), "{err}");
+    assert_eq!(out.lines().last(), Some("VERIFIED_DONE"), "{out}");
+    let stmt = decode_envelope(&std::fs::read(at("project/receipt.json")).unwrap());
+    let p = &stmt["predicate"];
+    assert_eq!(p["binding"], "portable");
+    assert_eq!(p["isolation"]["uid"], 1000, "{}", p["isolation"]);
+    assert_eq!(
+        p["signing"]["key_out_of_child_reach"], true,
+        "{}",
+        p["signing"]
+    );
+    assert_eq!(p["outcome"]["class"], "exited");
+}
