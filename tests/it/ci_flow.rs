@@ -135,6 +135,16 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
         &ledger,
     );
     std::fs::write(origin.join("ci/approvals.toml"), approvals).unwrap();
+    // The ledger's CA, committed as the YAML's PGSSLROOTCERT names it: with
+    // the TLS test cluster every job connects with PGSSLMODE=verify-full.
+    let tls = std::env::var("GOVERNED_EXEC_TEST_PG_CA")
+        .ok()
+        .filter(|_| ledger.starts_with("postgres://"));
+    if let Some(ca) = &tls {
+        std::fs::copy(ca, origin.join("ci/ledger-ca.pem")).unwrap();
+    } else {
+        skip!("the CI-flow replay connects without TLS: the test cluster has no certificate");
+    }
     let o = output(
         cmd()
             .current_dir(&origin)
@@ -174,6 +184,47 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
         "the lock file was committed"
     );
 
+    // A GitHub runner is not root: as root, every job step runs as uid
+    // 65534 (the binary where that uid can run it, the job's checkout,
+    // RUNNER_TEMP and HOME its own).
+    let as_runner = is_root();
+    let ge = if as_runner {
+        use std::os::unix::fs::PermissionsExt;
+        let bin_dir = e.path("ge-bin");
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        std::fs::copy(BIN, bin_dir.join("governed-exec")).unwrap();
+        for d in [e.dir.path(), bin_dir.as_path()] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        bin_dir.join("governed-exec")
+    } else {
+        PathBuf::from(BIN)
+    };
+    let job_cmd = |dir: &Path, home: &Path| {
+        let mut c = if as_runner {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "--",
+            ])
+            .arg(&ge);
+            c
+        } else {
+            Command::new(&ge)
+        };
+        c.current_dir(dir)
+            .env("HOME", home)
+            .stdin(std::process::Stdio::null());
+        if tls.is_some() {
+            c.env("PGSSLMODE", "verify-full")
+                .env("PGSSLROOTCERT", "ci/ledger-ca.pem");
+        }
+        c
+    };
     for job in ["job1", "job2"] {
         assert!(git(
             e.dir.path(),
@@ -197,9 +248,19 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
                 .write_all(&secret)
                 .unwrap();
         }
+        if as_runner {
+            for d in [&clone, &runner_temp] {
+                let o = Command::new("chown")
+                    .args(["-R", "65534:65534"])
+                    .arg(d)
+                    .output()
+                    .unwrap();
+                assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            }
+        }
         // The pull-request job: the file agrees with the signed manifest
         // in a fresh clone at another path (portable leases).
-        let o = output(cmd().current_dir(&clone).args([
+        let o = output(job_cmd(&clone, &runner_temp).args([
             "approve",
             "--file",
             "ci/approvals.toml",
@@ -215,8 +276,7 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
             String::from_utf8_lossy(&o.stderr)
         );
         let o = output(
-            cmd()
-                .current_dir(&clone)
+            job_cmd(&clone, &runner_temp)
                 .args([
                     "run",
                     "--goal",
@@ -248,8 +308,7 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
         );
         assert!(String::from_utf8_lossy(&o.stderr).contains("governed step for github"));
         let o = output(
-            cmd()
-                .current_dir(&clone)
+            job_cmd(&clone, &runner_temp)
                 .args([
                     "verify",
                     "--goal",
@@ -269,6 +328,9 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
         );
         let stmt = decode_envelope(&std::fs::read(clone.join("receipt.json")).unwrap());
         assert_eq!(stmt["predicate"]["binding"], "portable");
+        if as_runner {
+            assert_eq!(stmt["predicate"]["isolation"]["uid"], 65534);
+        }
         assert_eq!(stmt["predicate"]["request"]["profile"], "long");
         assert_eq!(
             stmt["predicate"]["workspace_git"]["head_ref"],
