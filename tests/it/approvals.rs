@@ -281,6 +281,10 @@ fn check_reports_unchanged_new_changed_and_only_in_manifest() {
 
 #[test]
 fn a_changed_executable_shows_its_digest_and_runs_after_reapproval() {
+    if std::fs::canonicalize(system("true")).ok() == std::fs::canonicalize(system("false")).ok() {
+        skip!("a_changed_executable_shows_its_digest_and_runs_after_reapproval: true and false are one multi-call binary here (busybox): no two programs to swap");
+        return;
+    }
     let e = Env::new();
     let tool = e.ws.join("tool");
     std::fs::copy(system("true"), &tool).unwrap();

@@ -88,6 +88,10 @@ fn repo_file(rel: &str) -> String {
 
 #[test]
 fn github_actions_example_writes_both_views_to_the_job_summary() {
+    require_tool!(
+        "github_actions_example_writes_both_views_to_the_job_summary",
+        "bash"
+    );
     let e = Env::new();
     let (dir, path) = job(&e);
     let script = github_step_script(

@@ -60,6 +60,10 @@ fn check<'a>(doctor: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn clone3_enosys_falls_back_to_clone_pidfd_and_doctor_says_so() {
+    require_tool!(
+        "clone3_enosys_falls_back_to_clone_pidfd_and_doctor_says_so",
+        "python3"
+    );
     let e = Env::new();
     let probe = ["sh", "-c", "echo ran; cat /proc/self/cgroup"];
     e.approve(&["--max-processes", "unlimited"], &probe);

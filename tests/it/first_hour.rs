@@ -151,6 +151,10 @@ fn a_run_ends_with_one_closing_line_unless_quiet() {
 
 #[test]
 fn no_matching_lease_names_the_closest_lease_and_the_first_difference() {
+    require_tool!(
+        "no_matching_lease_names_the_closest_lease_and_the_first_difference",
+        "python3"
+    );
     let e = Env::new();
     e.approve(&[], &["sh", "-c", "true"]);
     let near = e.approve(&[], &["python3", "-m", "pytest", "-q"]);

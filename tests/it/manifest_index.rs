@@ -175,6 +175,12 @@ fn a_key_holder_forging_the_index_cannot_revive_a_superseded_lease() {
 
 #[test]
 fn a_revocation_written_through_a_shared_mapping_is_seen_though_the_stamp_is_unchanged() {
+    if std::env::var_os("GOVERNED_EXEC_PYTHON").is_none() {
+        require_tool!(
+            "a_revocation_written_through_a_shared_mapping_is_seen_though_the_stamp_is_unchanged",
+            "python3"
+        );
+    }
     // A write to an already dirty page of a shared mapping updates neither
     // mtime nor ctime: the stamp stays, the index stays valid, and the run
     // must still read the manifest's current revocations.

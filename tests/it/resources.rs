@@ -171,6 +171,10 @@ fn an_oom_kill_of_another_process_is_counted_and_the_outcome_stays() {
 
 #[test]
 fn cpu_time_of_two_children_burning_half_a_second_each_is_at_least_one_second() {
+    require_tool!(
+        "cpu_time_of_two_children_burning_half_a_second_each_is_at_least_one_second",
+        "python3"
+    );
     let e = Env::new();
     let burn = "import time\nwhile time.process_time() < 0.5: pass";
     let script = format!(
@@ -187,6 +191,10 @@ fn cpu_time_of_two_children_burning_half_a_second_each_is_at_least_one_second() 
 
 #[test]
 fn peak_memory_of_three_processes_holding_100_mib_each_is_at_least_300_mib() {
+    require_tool!(
+        "peak_memory_of_three_processes_holding_100_mib_each_is_at_least_300_mib",
+        "python3"
+    );
     let e = Env::new();
     // Each holds its 100 MiB until all three hold theirs (files as the
     // barrier), so the three peaks overlap whatever the scheduling.
@@ -212,6 +220,10 @@ fn peak_memory_of_three_processes_holding_100_mib_each_is_at_least_300_mib() {
 
 #[test]
 fn io_written_by_a_child_writing_64_mib_with_fsync_is_at_least_64_mib() {
+    require_tool!(
+        "io_written_by_a_child_writing_64_mib_with_fsync_is_at_least_64_mib",
+        "python3"
+    );
     let e = Env::new();
     let probe = [
         "python3",
@@ -387,6 +399,10 @@ fn verify_against(e: &Env, goal: &str, receipt: &Path) -> (i32, String) {
 
 #[test]
 fn a_resources_criterion_fails_verify_with_a_line_naming_the_limit_and_the_figure() {
+    require_tool!(
+        "a_resources_criterion_fails_verify_with_a_line_naming_the_limit_and_the_figure",
+        "python3"
+    );
     let e = Env::new();
     let wide = goal_with(
         r#"{ "kind": "resources", "peak_memory_at_most": "2GiB", "cpu_time_at_most": "10m", "wall_time_at_most": "15m" }"#,

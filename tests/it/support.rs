@@ -331,6 +331,34 @@ pub fn read_pid(p: &Path) -> i32 {
         .expect("pid")
 }
 
+/// Whether `name` is a program on PATH (a FROM-scratch container has a
+/// busybox shell and little else).
+#[allow(dead_code)]
+pub fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|d| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(d.join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// SKIP (loudly, with the reason) a test that needs a program this
+/// machine lacks.
+macro_rules! require_tool {
+    ($test:expr, $tool:expr) => {
+        if !on_path($tool) {
+            skip!(
+                "{}: needs {} on PATH, which this machine lacks",
+                $test,
+                $tool
+            );
+            return;
+        }
+    };
+}
+
 #[allow(dead_code)]
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()

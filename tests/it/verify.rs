@@ -281,6 +281,7 @@ fn a_cross_check_against_another_ledger_than_the_receipts_says_which_one_counted
 /// from a signalfd), so a long `verify` could not be interrupted (issue 18).
 #[test]
 fn a_verify_waiting_on_its_input_ends_at_sigterm() {
+    require_tool!("a_verify_waiting_on_its_input_ends_at_sigterm", "bash");
     let e = Env::new();
     let receipt = e.path("r.json");
     std::fs::write(&receipt, "{}").expect("receipt");
