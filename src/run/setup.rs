@@ -1,0 +1,317 @@
+//! Stage 3, `setup`: everything the child needs, built while the Goal's
+//! session is still open and before the use is spent — the private
+//! HOME/TMPDIR, isolation (`process::isolation::prepare`, the egress proxy
+//! included), the cgroups, the process and memory limits, argv, envp and
+//! rlimits, `/dev/null` for stdin. A failure here is a refusal recorded in
+//! the session; nothing has been spent.
+
+use std::ffi::CString;
+use std::os::fd::{OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use crate::gate::admission::{Admitted, Refusal};
+use crate::gate::reach;
+use crate::ledger::{GoalSession, Ledger};
+use crate::model::Reason;
+use crate::process::cgroup::RunCgroups;
+use crate::process::network::{self, Proxy};
+use crate::process::scratch::{self, Scratch};
+use crate::process::{env, isolation, process_limit};
+
+use super::admit::Admission;
+use super::draft::{record_refusal, Stop};
+use super::new_id;
+use super::prepare::Inputs;
+
+/// The admitted run, carried through the stages: its inputs, the lease and
+/// its opened files, the ledger that counts it.
+pub(super) struct Run<'a> {
+    pub(super) inputs: &'a Inputs,
+    pub(super) admitted: Admitted,
+    pub(super) ledger: Box<dyn Ledger>,
+}
+
+/// What the child will be given, prepared before the use is spent.
+pub(super) struct Child {
+    pub(super) attempt_id: String,
+    pub(super) scratch: Scratch,
+    /// The workspace this run is in: the lease's (machine binding) or the
+    /// one `run` was pointed at (portable).
+    pub(super) workspace_path: PathBuf,
+    /// A portable run's git HEAD, read before the child exists.
+    pub(super) workspace_git: Option<crate::model::GitCheckout>,
+    pub(super) prepared: isolation::Prepared,
+    pub(super) cgroups: RunCgroups,
+    pub(super) cgroup_v1_tasks: Vec<RawFd>,
+    pub(super) process_limit: process_limit::Plan,
+    /// `--allow-net`'s egress proxy, until `supervise` finishes it.
+    pub(super) proxy: Option<Proxy>,
+    pub(super) argv: Vec<CString>,
+    pub(super) envp: Vec<CString>,
+    pub(super) rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    /// The sealed copy of the executable that was hashed: what runs.
+    pub(super) exe_snapshot: OwnedFd,
+    pub(super) devnull: std::fs::File,
+}
+
+/// Ready to spend the use: the run, the child's setup, the open session.
+pub(super) struct Ready<'a> {
+    pub(super) run: Run<'a>,
+    pub(super) child: Child,
+    pub(super) session: Box<dyn GoalSession>,
+}
+
+/// Stage 3: `Admission` → `Ready`, or a refusal recorded in the session.
+pub(super) fn setup(admission: Admission<'_>) -> Result<Ready<'_>, Stop> {
+    let Admission {
+        inputs,
+        mut admitted,
+        ledger,
+        session,
+    } = admission;
+    match child(inputs, &mut admitted, &*ledger) {
+        Ok(child) => Ok(Ready {
+            run: Run {
+                inputs,
+                admitted,
+                ledger,
+            },
+            child,
+            session,
+        }),
+        // Refusals decided after admission are journaled like admission's,
+        // so the audit trail is complete (the session is still held here).
+        Err((reason, message)) => {
+            let r = Refusal {
+                reason,
+                message,
+                lease: Some(Box::new(admitted.lease.clone())),
+            };
+            record_refusal(session, &r);
+            Err(Stop::Refused(r))
+        }
+    }
+}
+
+/// The child's setup, or the reason and words of a refusal.
+fn child(
+    inputs: &Inputs,
+    admitted: &mut Admitted,
+    led: &dyn Ledger,
+) -> Result<Child, (Reason, String)> {
+    let body = &admitted.lease.body;
+    let attempt_id = new_id("att");
+    let owner = body.isolation.as_user.map(|u| (u.uid, u.gid));
+    let tmpfs_ok = !isolation::any_isolation(&body.isolation);
+    let scratch = Scratch::create(&attempt_id, owner, tmpfs_ok).map_err(|e| {
+        (
+            Reason::IsolationUnavailable,
+            format!(
+                "cannot create the private HOME/TMPDIR under {}: {e}",
+                scratch::bases(tmpfs_ok)
+                    .iter()
+                    .map(|b| b.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ),
+        )
+    })?;
+    let workspace_path = PathBuf::from(&admitted.workspace.identity.path);
+    // A portable receipt's git HEAD is read now, before the child exists:
+    // the child cannot choose the commit its receipt attests.
+    let workspace_git = body
+        .portable
+        .is_some()
+        .then(|| crate::gate::git::head(&workspace_path))
+        .flatten();
+    let writable = vec![
+        workspace_path.clone(),
+        scratch.home.clone(),
+        scratch.tmp.clone(),
+    ];
+    let (ledger_dir, credentials) = led.protected_paths();
+    let protect = isolation::Protect {
+        key: &inputs.key_path,
+        state_dir: &inputs.state_dir,
+        ledger_dir: ledger_dir.as_deref(),
+        credentials: &credentials,
+    };
+    let mut prepared = isolation::prepare(&body.isolation, &writable, &protect)
+        .map_err(|e| (Reason::IsolationUnavailable, e))?;
+    // The sealed copy is executable by anyone; the file it copies may not
+    // be. A child switched to another uid runs only what that uid could
+    // run itself (issue 18, finding 11).
+    if let Some(c) = prepared.creds {
+        child_may_execute(&admitted.exe, c.uid, c.gid).map_err(|why| (Reason::ExecFailed, why))?;
+    }
+    let cgroups = RunCgroups::create(
+        &attempt_id,
+        body.limits.max_processes.limit(),
+        Some(body.limits.memory_bytes),
+        inputs.sweep,
+    );
+    let process_limit =
+        process_limit::choose(body.limits.max_processes, prepared.report.uid, &cgroups)
+            .map_err(|e| (Reason::IsolationUnavailable, e))?;
+    prepared.report.process_limit = process_limit.report.mechanism.clone();
+    prepared.report.process_limit_evadable = process_limit::evadable(
+        &process_limit.report.mechanism,
+        prepared.report.uid,
+        prepared.mounts.is_some() && root_child_guarded(&prepared),
+        &cgroups,
+    );
+
+    // The egress proxy (CONTRACT §8), started by `isolation::prepare`
+    // before the use is spent: listening in the child's namespace, dialling
+    // from the runner's.
+    let proxy = prepared.proxy.take();
+
+    // Everything the child needs, built before the use is spent.
+    let mut child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);
+    if proxy.is_some() {
+        child_env.extend(network::proxy_env());
+    }
+    let envp: Vec<CString> = child_env
+        .iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let mut argv: Vec<CString> = Vec::with_capacity(body.request.argv.len() + 1);
+    for a in std::iter::once(&body.request.executable).chain(&body.request.argv) {
+        match CString::new(a.as_bytes()) {
+            Ok(c) => argv.push(c),
+            Err(_) => {
+                return Err((Reason::InvalidInput, "argv contains a NUL byte".into()));
+            }
+        }
+    }
+    let rlimits = rlimits(&body.limits, &mut prepared, &cgroups, &process_limit);
+    // The sealed copy that was hashed is what runs; it must not become a way
+    // to execute a file the kernel would refuse (a `noexec` mount).
+    if admitted.exe.on_noexec_mount {
+        return Err((
+            Reason::ExecFailed,
+            format!(
+                "executable {} lies on a noexec mount: the kernel does not execute files there",
+                admitted.exe.identity.canonical_path
+            ),
+        ));
+    }
+    let Some(exe_snapshot) = admitted.exe.snapshot.take() else {
+        return Err((
+            Reason::ExecFailed,
+            "internal: the executable was admitted without its sealed snapshot".into(),
+        ));
+    };
+    let devnull = std::fs::File::open("/dev/null")
+        .map_err(|e| (Reason::ExecFailed, format!("/dev/null: {e}")))?;
+    let cgroup_v1_tasks = cgroups.v1_tasks_fds();
+    Ok(Child {
+        attempt_id,
+        scratch,
+        workspace_path,
+        workspace_git,
+        prepared,
+        cgroups,
+        cgroup_v1_tasks,
+        process_limit,
+        proxy,
+        argv,
+        envp,
+        rlimits,
+        exe_snapshot,
+        devnull,
+    })
+}
+
+/// The child's rlimits; records in the isolation report which memory limit
+/// applies and whether the child could leave it.
+fn rlimits(
+    l: &crate::model::Limits,
+    prepared: &mut isolation::Prepared,
+    cgroups: &RunCgroups,
+    process_limit: &process_limit::Plan,
+) -> Vec<(libc::__rlimit_resource_t, u64)> {
+    let mut rlimits = vec![
+        (libc::RLIMIT_CPU, l.cpu_time_s),
+        (libc::RLIMIT_NOFILE, l.max_open_files),
+        (libc::RLIMIT_FSIZE, l.max_file_size_bytes),
+        (libc::RLIMIT_CORE, 0),
+    ];
+    // CONTRACT §9: the memory cgroup limits resident memory of the whole
+    // run; only without one does the v1.1 limit on each process's virtual
+    // address space apply (it would break programs that reserve large
+    // ranges they never touch: JVMs, V8, ASan).
+    let covered = prepared.mounts.is_some() && root_child_guarded(prepared);
+    let uid = prepared.report.uid;
+    let evadable = match cgroups.memory_limit() {
+        Some(kind) => {
+            prepared.report.memory_limit = Some(kind.into());
+            cgroups.leavable_by(uid, covered)
+        }
+        None => {
+            rlimits.push((libc::RLIMIT_AS, l.memory_bytes));
+            prepared.report.memory_limit = Some("rlimit_as".into());
+            // Only CAP_SYS_RESOURCE raises a hard limit: a uid-0 child
+            // keeps it unless isolation dropped its capabilities.
+            uid == 0
+                && prepared.report.capabilities_kept.is_none()
+                && crate::os::sys::has_effective_capability(crate::os::sys::CAP_SYS_RESOURCE)
+        }
+    };
+    prepared.report.memory_limit_evadable = Some(evadable);
+    if let Some(n) = process_limit.rlimit_nproc {
+        rlimits.push((libc::RLIMIT_NPROC, n));
+    }
+    rlimits
+}
+
+/// Whether uid `uid` (group `gid`, no supplementary groups, no
+/// capabilities: what `--as-user` leaves) could execute the file the sealed
+/// copy was made from, as the kernel checks it: search on every directory
+/// above it, execute on the file, and read too for a `#!` script (its
+/// interpreter reads it).
+fn child_may_execute(
+    exe: &crate::gate::identity::OpenedExecutable,
+    uid: u32,
+    gid: u32,
+) -> Result<(), String> {
+    let ids = reach::ChildIds::switched(uid, gid);
+    let path = Path::new(&exe.identity.canonical_path);
+    for dir in path.ancestors().skip(1) {
+        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if !ids.may(&meta, 1) {
+            return Err(format!(
+                "--as-user {uid}:{gid} cannot reach {}: no search permission on {} ({}); the child may run only what its uid could run itself",
+                path.display(),
+                dir.display(),
+                reach::mode_text(&meta)
+            ));
+        }
+    }
+    let meta = exe
+        .file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let want = if exe.identity.interpreter.is_some() {
+        5
+    } else {
+        1
+    };
+    if ids.may(&meta, want) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--as-user {uid}:{gid} may not {} {} ({}); the child may run only what its uid could run itself",
+            if want == 5 { "read and execute" } else { "execute" },
+            path.display(),
+            reach::mode_text(&meta)
+        ))
+    }
+}
+
+/// A uid-0 child under isolation with its Landlock guard in place (no
+/// mount, not even in a user namespace of its own); `true` for a child that
+/// dropped to `--as-user`, which cannot map uid 0 in a user namespace.
+pub(super) fn root_child_guarded(prepared: &isolation::Prepared) -> bool {
+    prepared.creds.is_some() || matches!(prepared.key_landlocked, Some(Ok(_)))
+}
