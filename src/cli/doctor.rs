@@ -118,9 +118,23 @@ pub fn report() -> Report {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    let mut checks = Vec::new();
+    let mut checks = vec![spawn_check()];
+    let (limits, process_limit_by_profile) = limit_checks(euid);
+    checks.extend(limits);
+    checks.extend(isolation_checks(euid));
+    checks.extend(key_checks(euid));
+    Report {
+        uid,
+        euid,
+        kernel,
+        checks,
+        process_limit_by_profile,
+    }
+}
 
-    checks.push(check(
+/// How `run` makes the child: clone3, or clone with CLONE_PIDFD.
+fn spawn_check() -> Check {
+    check(
         "spawn",
         Ok(match sys::clone3_probe() {
             Ok(()) => (
@@ -135,8 +149,14 @@ pub fn report() -> Report {
                 ),
             ),
         }),
-    ));
+    )
+}
 
+/// The limits of a lease on this machine: the same cgroups `run` makes
+/// (made and removed again), the rlimits, the runner's own deadline and
+/// output cap, and the process limit each profile would get.
+fn limit_checks(euid: u32) -> (Vec<Check>, Vec<ProfileLimit>) {
+    let mut checks = Vec::new();
     // The same groups `run` makes, made and removed again.
     let probe_id = crate::run::new_id("doctor");
     let largest = tier(Profile::Long).max_processes.limit();
@@ -171,6 +191,47 @@ pub fn report() -> Report {
             Err("the child runs as root (governed-exec's uid), which RLIMIT_NPROC does not bind; it binds a child approved with --as-user to a non-root uid".into())
         },
     ));
+    checks.extend(memory_checks(&cgroups, euid));
+    checks.extend(rlimit_checks(euid));
+    let process_limit_by_profile = [Profile::Short, Profile::Standard, Profile::Long]
+        .into_iter()
+        .map(|p| {
+            let max = tier(p).max_processes;
+            match process_limit::choose(max, euid, &cgroups) {
+                Ok(plan) => ProfileLimit {
+                    profile: p.to_string(),
+                    max_processes: max,
+                    mechanism: Some(plan.report.mechanism),
+                    detail: plan.report.detail,
+                },
+                Err(e) => ProfileLimit {
+                    profile: p.to_string(),
+                    max_processes: max,
+                    mechanism: None,
+                    detail: format!("refused isolation_unavailable: {e}"),
+                },
+            }
+        })
+        .collect();
+    checks.push(check(
+        "cgroup_kill",
+        if cgroups.has_kill() {
+            Ok((
+                "cgroup_v2".into(),
+                "a v2 group per run: cleanup also kills through cgroup.kill and requires `populated 0`".into(),
+            ))
+        } else {
+            Err("no cgroup v2 group can be made: cleanup relies on the subreaper tree walk (and a v1 pids group's members where there is one)".into())
+        },
+    ));
+    drop(cgroups);
+    (checks, process_limit_by_profile)
+}
+
+/// CONTRACT §9: the memory limit (a memory cgroup where `run` can make
+/// one, else RLIMIT_AS) and how the run's resources are read.
+fn memory_checks(cgroups: &RunCgroups, euid: u32) -> Vec<Check> {
+    let mut checks = Vec::new();
     // The other limits of a lease: rlimits the child sets on itself just
     // before exec (soft = hard = the lease's value), and the runner's own
     // deadline and output cap.
@@ -221,6 +282,15 @@ pub fn report() -> Report {
             ),
         }),
     ));
+    checks
+}
+
+/// The rlimits of a lease, the deadline, the output cap and the enclosing
+/// `pids.max`.
+fn rlimit_checks(euid: u32) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let long = tier(Profile::Long);
+    let can_raise = euid == 0 && sys::has_effective_capability(CAP_SYS_RESOURCE);
     for (name, resource, rlimit, largest) in [
         (
             "cpu_time",
@@ -272,39 +342,12 @@ pub fn report() -> Report {
             )
         }),
     ));
-    let process_limit_by_profile = [Profile::Short, Profile::Standard, Profile::Long]
-        .into_iter()
-        .map(|p| {
-            let max = tier(p).max_processes;
-            match process_limit::choose(max, euid, &cgroups) {
-                Ok(plan) => ProfileLimit {
-                    profile: p.to_string(),
-                    max_processes: max,
-                    mechanism: Some(plan.report.mechanism),
-                    detail: plan.report.detail,
-                },
-                Err(e) => ProfileLimit {
-                    profile: p.to_string(),
-                    max_processes: max,
-                    mechanism: None,
-                    detail: format!("refused isolation_unavailable: {e}"),
-                },
-            }
-        })
-        .collect();
-    checks.push(check(
-        "cgroup_kill",
-        if cgroups.has_kill() {
-            Ok((
-                "cgroup_v2".into(),
-                "a v2 group per run: cleanup also kills through cgroup.kill and requires `populated 0`".into(),
-            ))
-        } else {
-            Err("no cgroup v2 group can be made: cleanup relies on the subreaper tree walk (and a v1 pids group's members where there is one)".into())
-        },
-    ));
-    drop(cgroups);
+    checks
+}
 
+/// The isolation options a lease may ask for, probed here.
+fn isolation_checks(euid: u32) -> Vec<Check> {
+    let mut checks = Vec::new();
     checks.push(check(
         "landlock",
         match sys::landlock_abi_version() {
@@ -388,6 +431,12 @@ pub fn report() -> Report {
             Err(format!("governed-exec runs as uid {euid}; switching the child's uid needs root"))
         },
     ));
+    checks
+}
+
+/// The runner key and the child's reach.
+fn key_checks(euid: u32) -> Vec<Check> {
+    let mut checks = Vec::new();
     // The runner key (rootchild's rules, run.rs `signing_report`): which
     // leases keep it out of the child's reach on this machine.
     let admin = sys::has_effective_capability(21);
@@ -405,13 +454,7 @@ pub fn report() -> Report {
         },
     ));
     checks.extend(reach_checks(euid, admin, sys::landlock_abi_version()));
-    Report {
-        uid,
-        euid,
-        kernel,
-        checks,
-        process_limit_by_profile,
-    }
+    checks
 }
 
 /// The child's reach on this machine (CONTRACT §7, v1.2), as `run` computes
