@@ -320,47 +320,9 @@ pub fn prepare(
 ) -> Result<Prepared, String> {
     const CAP_SYS_ADMIN: u32 = 21;
     let euid = geteuid().as_raw();
-    let creds = match req.as_user {
-        Some(u) if euid != 0 => {
-            return Err(unavailable(
-                &format!("--as-user {}:{}", u.uid, u.gid),
-                format!("governed-exec runs as uid {euid}; switching uid needs root"),
-            ))
-        }
-        Some(u) => {
-            // A lease signed before approve refused (uid_t)-1 still names it.
-            u.check()
-                .map_err(|e| unavailable(&format!("--as-user {}:{}", u.uid, u.gid), e))?;
-            Some(ChildCreds {
-                uid: u.uid,
-                gid: u.gid,
-            })
-        }
-        None => None,
-    };
+    let creds = child_creds(req, euid)?;
     let (child_uid, child_gid) = creds.map_or((euid, getegid().as_raw()), |c| (c.uid, c.gid));
-
-    let mut landlock_abi = None;
-    let mut landlock_writable = Vec::new();
-    let landlock_fd = match &req.fs_write {
-        None => None,
-        Some(extra) => {
-            let abi = sys::landlock_abi_version()
-                .ok_or_else(|| unavailable("--fs-write", "the kernel offers no Landlock"))?;
-            let mut paths: Vec<PathBuf> = writable.to_vec();
-            paths.extend(extra.iter().map(PathBuf::from));
-            paths.push(PathBuf::from("/dev/null"));
-            let readable: Option<Vec<PathBuf>> = req
-                .fs_read
-                .as_ref()
-                .map(|r| r.iter().map(PathBuf::from).collect());
-            let fd = build_ruleset(abi, &paths, readable.as_deref())
-                .map_err(|e| unavailable("--fs-write/--fs-read", e))?;
-            landlock_abi = Some(abi);
-            landlock_writable = paths.iter().map(|p| p.display().to_string()).collect();
-            Some(fd)
-        }
-    };
+    let scope = write_scope(req, writable)?;
     // Whether this runner can give a child a mount namespace at all: a root
     // runner without CAP_SYS_ADMIN (Docker's defaults) cannot. Read before
     // `enter_namespaces`, whose user namespace would grant it there.
@@ -420,47 +382,18 @@ pub fn prepare(
         (None, None)
     };
     let root_caps_keep = (root_child && creds.is_none()).then(reach::root_keep_mask);
-    // A non-root runner under isolation: a child of its own uid is kept from
-    // the key and the state dir by Landlock (which also forbids it to ptrace
-    // the runner, outside its domain).
-    //
-    // A uid-0 child under isolation gets the same guard on top of its mount
-    // namespace: without it, root may rename a directory above the covered
-    // state dir or key (a cover moves with its mountpoint's parent) and
-    // plant its own in their place, and may make a user namespace of its
-    // own in which it mounts cgroupfs and raises its pids.max. A Landlock
-    // domain forbids both: the guard leaves the directories above the key
-    // and the state dir read-only, and no landlocked process may mount.
     let (landlock_guard_fd, landlock_guard_access, key_landlocked) =
         if (euid != 0 || root_child) && any_isolation(req) {
-            match sys::landlock_abi_version() {
-                None => (
-                    None,
-                    0,
-                    Some(Err(
-                        "the kernel offers no Landlock to deny the child the key".to_string(),
-                    )),
-                ),
-                Some(abi) => match guard_ruleset(
-                    abi,
-                    writable,
-                    protect,
-                    root_child,
-                    ns.net == Some(NetMechanism::Seccomp),
-                    &mount_table,
-                ) {
-                    Ok((fd, how)) => (
-                        Some(fd),
-                        AccessFs::from_all(ABI::from(abi as i32)).bits(),
-                        Some(Ok(how)),
-                    ),
-                    Err(why) => (None, 0, Some(Err(why))),
-                },
-            }
+            guard(
+                writable,
+                protect,
+                root_child,
+                ns.net == Some(NetMechanism::Seccomp),
+                &mount_table,
+            )
         } else {
             (None, 0, None)
         };
-
     let ids = match creds {
         Some(c) => reach::ChildIds::switched(c.uid, c.gid),
         None => reach::ChildIds::runners_own(),
@@ -476,7 +409,134 @@ pub fn prepare(
         guard: guarded.then(|| sys::landlock_abi_version().unwrap_or(0)),
         pid_namespace: req.pid_namespace,
     });
-    let report = IsolationReport {
+    let report = isolation_report(
+        req,
+        &ns,
+        (creds, root_caps_keep),
+        (child_uid, child_gid),
+        mounts.as_ref(),
+        &scope,
+        reach,
+    );
+    Ok(Prepared {
+        creds,
+        landlock_fd: scope.fd,
+        seccomp: ns.seccomp,
+        report,
+        mounts,
+        root_caps_keep,
+        key_covered,
+        landlock_guard_access,
+        landlock_guard_fd,
+        key_landlocked,
+        proxy: ns.proxy,
+    })
+}
+
+/// `--as-user`: the child's uid and gid, which only a root runner can give.
+fn child_creds(req: &IsolationRequest, euid: u32) -> Result<Option<ChildCreds>, String> {
+    match req.as_user {
+        Some(u) if euid != 0 => Err(unavailable(
+            &format!("--as-user {}:{}", u.uid, u.gid),
+            format!("governed-exec runs as uid {euid}; switching uid needs root"),
+        )),
+        Some(u) => {
+            // A lease signed before approve refused (uid_t)-1 still names it.
+            u.check()
+                .map_err(|e| unavailable(&format!("--as-user {}:{}", u.uid, u.gid), e))?;
+            Ok(Some(ChildCreds {
+                uid: u.uid,
+                gid: u.gid,
+            }))
+        }
+        None => Ok(None),
+    }
+}
+
+/// `--fs-write`/`--fs-read`: the Landlock ruleset of the write scope.
+#[derive(Default)]
+struct WriteScope {
+    fd: Option<OwnedFd>,
+    abi: Option<i64>,
+    writable: Vec<String>,
+}
+
+fn write_scope(req: &IsolationRequest, writable: &[PathBuf]) -> Result<WriteScope, String> {
+    let Some(extra) = &req.fs_write else {
+        return Ok(WriteScope::default());
+    };
+    let abi = sys::landlock_abi_version()
+        .ok_or_else(|| unavailable("--fs-write", "the kernel offers no Landlock"))?;
+    let mut paths: Vec<PathBuf> = writable.to_vec();
+    paths.extend(extra.iter().map(PathBuf::from));
+    paths.push(PathBuf::from("/dev/null"));
+    let readable: Option<Vec<PathBuf>> = req
+        .fs_read
+        .as_ref()
+        .map(|r| r.iter().map(PathBuf::from).collect());
+    let fd = build_ruleset(abi, &paths, readable.as_deref())
+        .map_err(|e| unavailable("--fs-write/--fs-read", e))?;
+    Ok(WriteScope {
+        fd: Some(fd),
+        abi: Some(abi),
+        writable: paths.iter().map(|p| p.display().to_string()).collect(),
+    })
+}
+
+/// The guard of a child under isolation that is not dropped to `--as-user`
+/// by a root runner: its ruleset fd, the rights it handles, and whether it
+/// denies every path of the key (`Ok(how)`) or why not.
+///
+/// A non-root runner under isolation: a child of its own uid is kept from
+/// the key and the state dir by Landlock (which also forbids it to ptrace
+/// the runner, outside its domain).
+///
+/// A uid-0 child under isolation gets the same guard on top of its mount
+/// namespace: without it, root may rename a directory above the covered
+/// state dir or key (a cover moves with its mountpoint's parent) and
+/// plant its own in their place, and may make a user namespace of its
+/// own in which it mounts cgroupfs and raises its pids.max. A Landlock
+/// domain forbids both: the guard leaves the directories above the key
+/// and the state dir read-only, and no landlocked process may mount.
+type Guard = (Option<OwnedFd>, u64, Option<Result<String, String>>);
+
+fn guard(
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+    root_child: bool,
+    seccomp: bool,
+    mount_table: &[reach::Mount],
+) -> Guard {
+    let Some(abi) = sys::landlock_abi_version() else {
+        return (
+            None,
+            0,
+            Some(Err(
+                "the kernel offers no Landlock to deny the child the key".to_string(),
+            )),
+        );
+    };
+    match guard_ruleset(abi, writable, protect, root_child, seccomp, mount_table) {
+        Ok((fd, how)) => (
+            Some(fd),
+            AccessFs::from_all(ABI::from(abi as i32)).bits(),
+            Some(Ok(how)),
+        ),
+        Err(why) => (None, 0, Some(Err(why))),
+    }
+}
+
+/// The receipt's isolation report of what `prepare` set up.
+fn isolation_report(
+    req: &IsolationRequest,
+    ns: &Namespaces,
+    (creds, root_caps_keep): (Option<ChildCreds>, Option<u64>),
+    (child_uid, child_gid): (u32, u32),
+    mounts: Option<&MountPlan>,
+    scope: &WriteScope,
+    reach: Vec<ReachEntry>,
+) -> IsolationReport {
+    IsolationReport {
         boundary: boundary_text(req, child_uid, Some(mounts.is_some()), ns.net),
         os_sandbox: any_isolation(req),
         uid: child_uid,
@@ -485,8 +545,8 @@ pub fn prepare(
         inherited_fds_closed: true,
         parent_death_signal: true,
         capabilities_dropped: creds.is_some() || root_caps_keep.is_some(),
-        landlock_abi,
-        landlock_writable,
+        landlock_abi: scope.abi,
+        landlock_writable: scope.writable.clone(),
         landlock_readable: req.fs_read.clone().unwrap_or_default(),
         network_namespace: matches!(
             ns.net,
@@ -507,23 +567,10 @@ pub fn prepare(
             root_caps_keep.map(|_| reach::root_keep_names())
         },
         mount_namespace: mounts.is_some(),
-        proc_remounted: mounts.as_ref().is_some_and(|m| m.fresh_proc),
+        proc_remounted: mounts.is_some_and(|m| m.fresh_proc),
         kernel_view: None,
         reach,
-    };
-    Ok(Prepared {
-        creds,
-        landlock_fd,
-        seccomp: ns.seccomp,
-        report,
-        mounts,
-        root_caps_keep,
-        key_covered,
-        landlock_guard_access,
-        landlock_guard_fd,
-        key_landlocked,
-        proxy: ns.proxy,
-    })
+    }
 }
 
 /// What [`reach_entries`] decides from.
