@@ -762,7 +762,7 @@ pub fn daemons_in_reach_here(iso: &IsolationRequest, m: Machine) -> Vec<String> 
     let child_uid = iso.as_user.map_or(m.euid, |u| u.uid);
     let covers = m.euid == 0 && m.admin && crate::process::isolation::any_isolation(iso);
     // Covers hold with the Landlock guard (a uid-0 child) or a fresh /proc.
-    let covers_hold = covers && ((child_uid == 0 && m.landlock) || iso.pid_namespace);
+    let covers_hold = covers && reach::covers_hold(child_uid == 0 && m.landlock, iso.pid_namespace);
     if covers_hold {
         return Vec::new();
     }
@@ -774,7 +774,8 @@ pub fn daemons_in_reach_here(iso: &IsolationRequest, m: Machine) -> Vec<String> 
         .into_iter()
         .filter_map(|(sock, daemon)| {
             let meta = std::fs::metadata(&sock).ok()?;
-            ids.may(&meta, 2).then(|| format!(
+            let reachable = reach::socket_reach(&ids, covers_hold, &meta) == reach::SocketReach::Reachable;
+            reachable.then(|| format!(
                 "receipts of this lease will be NOT_VERIFIED on this machine (signing_key_in_child_reach, and no_leftover_processes if the goal asks): the child ({}) can connect to {daemon} at {} ({}), which reads files and starts processes for it; approve --as-user UID for a uid outside the socket's owner and group{}, or run governed-exec as such a uid",
                 ids.describe(),
                 sock.display(),

@@ -471,22 +471,22 @@ fn reach_checks(euid: u32, admin: bool, landlock_abi: Option<i64>) -> Vec<Check>
             continue;
         };
         let modes = reach::mode_text(&meta);
+        // The rule `run` applies, for a child of this uid; a root runner
+        // with CAP_SYS_ADMIN covers the socket under any isolation option.
+        let rule = reach::socket_reach(&same_uid, euid == 0 && admin, &meta);
         let plain = if same_uid.may(&meta, 2) {
             "reachable by a child of this uid without isolation"
         } else {
             "out of reach of a child of this uid by its modes"
         };
-        let r = if euid == 0 && admin {
-            Ok(("mount_cover".to_string(), format!("{daemon} at {} ({modes}): {plain}; any isolation option covers it in the child's mount namespace", sock.display())))
-        } else if euid == 0 {
-            Ok(("file_modes".to_string(), format!("{daemon} at {} ({modes}): {plain}; governed-exec lacks CAP_SYS_ADMIN to cover it, so only --as-user to a uid outside its owner and group keeps it out", sock.display())))
-        } else if same_uid.may(&meta, 2) {
-            Err(format!("{daemon} at {} ({modes}): this uid (or one of its groups) may connect, and no lease can take that from its child (Landlock does not mediate connect(2)); receipts will say the key was in reach and the cleanup evadable: run governed-exec as a uid outside the socket's group", sock.display()))
-        } else {
-            Ok((
+        let r = match rule {
+            reach::SocketReach::Covered => Ok(("mount_cover".to_string(), format!("{daemon} at {} ({modes}): {plain}; any isolation option covers it in the child's mount namespace", sock.display()))),
+            _ if euid == 0 => Ok(("file_modes".to_string(), format!("{daemon} at {} ({modes}): {plain}; governed-exec lacks CAP_SYS_ADMIN to cover it, so only --as-user to a uid outside its owner and group keeps it out", sock.display()))),
+            reach::SocketReach::Reachable => Err(format!("{daemon} at {} ({modes}): this uid (or one of its groups) may connect, and no lease can take that from its child (Landlock does not mediate connect(2)); receipts will say the key was in reach and the cleanup evadable: run governed-exec as a uid outside the socket's group", sock.display())),
+            reach::SocketReach::Denied => Ok((
                 "file_modes".to_string(),
                 format!("{daemon} at {} ({modes}): {plain}", sock.display()),
-            ))
+            )),
         };
         out.push(check("reach_daemon_socket", r));
     }

@@ -614,12 +614,9 @@ fn covered(plan: Option<&MountPlan>, mounts: &[reach::Mount], path: &Path, dir: 
 fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
     let ids = inp.ids;
     let who = ids.describe();
-    // A cover holds only where the child cannot look at the host's mount
-    // namespace through `/proc/<pid>/root` of a host process it may
-    // ptrace (one of its own uid): a fresh /proc of its PID namespace, or
-    // the Landlock guard (no ptrace out of its domain). An `--as-user`
-    // child has neither unless the lease asks for `--pid-namespace`.
-    let covers_hold = inp.guard.is_some() || inp.plan.is_some_and(|p| p.fresh_proc);
+    // A cover holds only with the guard or a fresh /proc (`reach::covers_hold`).
+    let covers_hold =
+        reach::covers_hold(inp.guard.is_some(), inp.plan.is_some_and(|p| p.fresh_proc));
     let plan = inp.plan.filter(|_| covers_hold);
     let entry = |channel: &str, path: Option<&Path>, reachable: bool, how: String| ReachEntry {
         channel: channel.into(),
@@ -632,20 +629,18 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
         let Ok(meta) = std::fs::metadata(sock) else {
             continue;
         };
-        let e = if covered(plan, inp.mounts, sock, false) {
-            entry(
+        let e = match reach::socket_reach(ids, covered(plan, inp.mounts, sock, false), &meta) {
+            reach::SocketReach::Covered => entry(
                 "daemon_socket",
                 Some(sock),
                 false,
                 format!("{daemon}: covered by /dev/null in the child's mount namespace"),
-            )
-        } else if ids.may(&meta, 2) {
-            entry("daemon_socket", Some(sock), true, format!(
+            ),
+            reach::SocketReach::Reachable => entry("daemon_socket", Some(sock), true, format!(
                 "{daemon}: the child ({who}) may connect ({}); the daemon can read the runner key and start processes outside every witness of this run",
                 reach::mode_text(&meta)
-            ))
-        } else {
-            entry(
+            )),
+            reach::SocketReach::Denied => entry(
                 "daemon_socket",
                 Some(sock),
                 false,
