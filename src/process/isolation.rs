@@ -356,28 +356,8 @@ pub fn prepare(
             "dropping the capabilities that would undo it from the bounding set needs CAP_SETPCAP, which governed-exec does not hold (use --as-user)",
         ));
     }
-    // The mount namespace needs CAP_SYS_ADMIN (a container without it still
-    // runs --as-user and --fs-write children; their receipts then say the
-    // key was covered by nothing but file modes).
     let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
-        if can_mount {
-            let (plan, covered) = mount_plan(req, writable, protect, &sockets, &mount_table)
-                .map_err(|e| unavailable("isolation for a root child", e))?;
-            sys::probe_mounts(&plan).map_err(|e| {
-                unavailable(
-                    "isolation for a root child",
-                    format!("setting up the child's mount namespace failed here: {e}"),
-                )
-            })?;
-            (Some(plan), Some(covered))
-        } else {
-            (
-                None,
-                Some(Err(
-                    "governed-exec lacks CAP_SYS_ADMIN to give the child a mount namespace that covers the key".to_string(),
-                )),
-            )
-        }
+        mount_namespace(req, writable, protect, (&sockets, &mount_table), can_mount)?
     } else {
         (None, None)
     };
@@ -431,6 +411,39 @@ pub fn prepare(
         key_landlocked,
         proxy: ns.proxy,
     })
+}
+
+/// The child's mount plan, and whether it covers every path of the key.
+type MountNamespace = (Option<MountPlan>, Option<Result<String, String>>);
+
+/// A root runner's mount namespace for a child under isolation, probed
+/// here. It needs CAP_SYS_ADMIN (a container without it still runs
+/// --as-user and --fs-write children; their receipts then say the key was
+/// covered by nothing but file modes).
+fn mount_namespace(
+    req: &IsolationRequest,
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+    (sockets, mount_table): (&[(PathBuf, String)], &[reach::Mount]),
+    can_mount: bool,
+) -> Result<MountNamespace, String> {
+    if !can_mount {
+        return Ok((
+            None,
+            Some(Err(
+                "governed-exec lacks CAP_SYS_ADMIN to give the child a mount namespace that covers the key".to_string(),
+            )),
+        ));
+    }
+    let (plan, covered) = mount_plan(req, writable, protect, sockets, mount_table)
+        .map_err(|e| unavailable("isolation for a root child", e))?;
+    sys::probe_mounts(&plan).map_err(|e| {
+        unavailable(
+            "isolation for a root child",
+            format!("setting up the child's mount namespace failed here: {e}"),
+        )
+    })?;
+    Ok((Some(plan), Some(covered)))
 }
 
 /// `--as-user`: the child's uid and gid, which only a root runner can give.

@@ -31,6 +31,9 @@ pub(super) struct Run<'a> {
     pub(super) ledger: Box<dyn Ledger>,
 }
 
+/// The child's rlimits, set just before exec (soft = hard).
+pub(super) type Rlimits = Vec<(libc::__rlimit_resource_t, u64)>;
+
 /// What the child will be given, prepared before the use is spent.
 pub(super) struct Child {
     pub(super) attempt_id: String,
@@ -48,7 +51,7 @@ pub(super) struct Child {
     pub(super) proxy: Option<Proxy>,
     pub(super) argv: Vec<CString>,
     pub(super) envp: Vec<CString>,
-    pub(super) rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
+    pub(super) rlimits: Rlimits,
     /// The sealed copy of the executable that was hashed: what runs.
     pub(super) exe_snapshot: OwnedFd,
     pub(super) devnull: std::fs::File,
@@ -150,58 +153,13 @@ fn child(
         Some(body.limits.memory_bytes),
         inputs.sweep,
     );
-    let process_limit =
-        process_limit::choose(body.limits.max_processes, prepared.report.uid, &cgroups)
-            .map_err(|e| (Reason::IsolationUnavailable, e))?;
-    prepared.report.process_limit = process_limit.report.mechanism.clone();
-    prepared.report.process_limit_evadable = process_limit::evadable(
-        &process_limit.report.mechanism,
-        prepared.report.uid,
-        prepared.mounts.is_some() && root_child_guarded(&prepared),
-        &cgroups,
-    );
-
+    let (process_limit, rlimits) = limits(&body.limits, &mut prepared, &cgroups)?;
     // The egress proxy (CONTRACT §8), started by `isolation::prepare`
     // before the use is spent: listening in the child's namespace, dialling
     // from the runner's.
     let proxy = prepared.proxy.take();
-
-    // Everything the child needs, built before the use is spent.
-    let mut child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);
-    if proxy.is_some() {
-        child_env.extend(network::proxy_env());
-    }
-    let envp: Vec<CString> = child_env
-        .iter()
-        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
-        .collect();
-    let mut argv: Vec<CString> = Vec::with_capacity(body.request.argv.len() + 1);
-    for a in std::iter::once(&body.request.executable).chain(&body.request.argv) {
-        match CString::new(a.as_bytes()) {
-            Ok(c) => argv.push(c),
-            Err(_) => {
-                return Err((Reason::InvalidInput, "argv contains a NUL byte".into()));
-            }
-        }
-    }
-    let rlimits = rlimits(&body.limits, &mut prepared, &cgroups, &process_limit);
-    // The sealed copy that was hashed is what runs; it must not become a way
-    // to execute a file the kernel would refuse (a `noexec` mount).
-    if admitted.exe.on_noexec_mount {
-        return Err((
-            Reason::ExecFailed,
-            format!(
-                "executable {} lies on a noexec mount: the kernel does not execute files there",
-                admitted.exe.identity.canonical_path
-            ),
-        ));
-    }
-    let Some(exe_snapshot) = admitted.exe.snapshot.take() else {
-        return Err((
-            Reason::ExecFailed,
-            "internal: the executable was admitted without its sealed snapshot".into(),
-        ));
-    };
+    let (argv, envp) = command_line(&admitted.lease.body, &scratch, proxy.is_some())?;
+    let exe_snapshot = sealed_exe(admitted)?;
     let devnull = std::fs::File::open("/dev/null")
         .map_err(|e| (Reason::ExecFailed, format!("/dev/null: {e}")))?;
     let cgroup_v1_tasks = cgroups.v1_tasks_fds();
@@ -223,6 +181,71 @@ fn child(
     })
 }
 
+/// The child's process limit and rlimits, recorded in its isolation report.
+fn limits(
+    l: &crate::model::Limits,
+    prepared: &mut isolation::Prepared,
+    cgroups: &RunCgroups,
+) -> Result<(process_limit::Plan, Rlimits), (Reason, String)> {
+    let process_limit = process_limit::choose(l.max_processes, prepared.report.uid, cgroups)
+        .map_err(|e| (Reason::IsolationUnavailable, e))?;
+    prepared.report.process_limit = process_limit.report.mechanism.clone();
+    prepared.report.process_limit_evadable = process_limit::evadable(
+        &process_limit.report.mechanism,
+        prepared.report.uid,
+        prepared.mounts.is_some() && root_child_guarded(prepared),
+        cgroups,
+    );
+    let rlimits = rlimits(l, prepared, cgroups, &process_limit);
+    Ok((process_limit, rlimits))
+}
+
+/// argv and envp, as execve takes them.
+fn command_line(
+    body: &crate::model::LeaseBody,
+    scratch: &Scratch,
+    proxy: bool,
+) -> Result<(Vec<CString>, Vec<CString>), (Reason, String)> {
+    let mut child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);
+    if proxy {
+        child_env.extend(network::proxy_env());
+    }
+    let envp: Vec<CString> = child_env
+        .iter()
+        .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let mut argv: Vec<CString> = Vec::with_capacity(body.request.argv.len() + 1);
+    for a in std::iter::once(&body.request.executable).chain(&body.request.argv) {
+        match CString::new(a.as_bytes()) {
+            Ok(c) => argv.push(c),
+            Err(_) => {
+                return Err((Reason::InvalidInput, "argv contains a NUL byte".into()));
+            }
+        }
+    }
+    Ok((argv, envp))
+}
+
+/// The sealed copy that was hashed is what runs; it must not become a way
+/// to execute a file the kernel would refuse (a `noexec` mount).
+fn sealed_exe(admitted: &mut Admitted) -> Result<OwnedFd, (Reason, String)> {
+    if admitted.exe.on_noexec_mount {
+        return Err((
+            Reason::ExecFailed,
+            format!(
+                "executable {} lies on a noexec mount: the kernel does not execute files there",
+                admitted.exe.identity.canonical_path
+            ),
+        ));
+    }
+    admitted.exe.snapshot.take().ok_or_else(|| {
+        (
+            Reason::ExecFailed,
+            "internal: the executable was admitted without its sealed snapshot".into(),
+        )
+    })
+}
+
 /// The child's rlimits; records in the isolation report which memory limit
 /// applies and whether the child could leave it.
 fn rlimits(
@@ -230,7 +253,7 @@ fn rlimits(
     prepared: &mut isolation::Prepared,
     cgroups: &RunCgroups,
     process_limit: &process_limit::Plan,
-) -> Vec<(libc::__rlimit_resource_t, u64)> {
+) -> Rlimits {
     let mut rlimits = vec![
         (libc::RLIMIT_CPU, l.cpu_time_s),
         (libc::RLIMIT_NOFILE, l.max_open_files),
