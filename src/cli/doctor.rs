@@ -563,7 +563,7 @@ fn ledger_usable(l: &str) -> Result<(String, String), String> {
     use crate::ledger::LedgerSpec;
     use nix::unistd::{faccessat, AccessFlags};
     use std::os::unix::fs::MetadataExt;
-    let spec = LedgerSpec::parse(l)?;
+    let spec = LedgerSpec::parse(l).map_err(|e| e.to_string())?;
     let euid = nix::unistd::geteuid().as_raw();
     let led = spec.open();
     match &spec {

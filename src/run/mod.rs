@@ -55,7 +55,7 @@ use crate::model::{Outcome, Profile, Reason};
 use crate::{evidence::escape, model::exit_code};
 use draft::Draft;
 
-pub use prepare::{read_request, MAX_NONCE_BYTES, MAX_REQUEST_BYTES};
+pub use prepare::{read_request, RequestError, MAX_NONCE_BYTES, MAX_REQUEST_BYTES};
 
 pub struct RunArgs {
     pub goal: PathBuf,

@@ -13,7 +13,7 @@ use crate::gate::admission::{Refusal, Selection};
 use crate::gate::manifest_index::{self, PendingIndex};
 use crate::ledger::journal;
 use crate::model::goal::{self, LoadedGoal};
-use crate::model::{Manifest, Profile, ReceiptRequest, Request};
+use crate::model::{Manifest, ParseError, Profile, ReceiptRequest, Request};
 use crate::process::scratch;
 use crate::run::error::RunError;
 
@@ -124,20 +124,66 @@ pub(super) fn prepare(args: &RunArgs, state_dir: &Path, draft: &mut Draft) -> Re
 /// The longest `--nonce` a receipt carries.
 pub const MAX_NONCE_BYTES: usize = 256;
 
+/// Why `run`'s request (or its nonce) was refused: always
+/// `invalid_input` (`RunError::Request`).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("--nonce: empty; give the CI job's run id or another per-run value")]
+    NonceEmpty,
+    #[error("--nonce: {0} bytes, at most {MAX_NONCE_BYTES}")]
+    NonceTooLong(usize),
+    #[error("--nonce: contains a control character")]
+    NonceControl,
+    #[error("give exactly one of --request FILE, --lease ID, or -- EXECUTABLE [ARG...]")]
+    NotExactlyOne,
+    #[error("--cwd and --profile go with -- EXECUTABLE [ARG...] only")]
+    CwdWithoutCommand,
+    #[error("argument {0:?} is not valid UTF-8; requests are JSON strings")]
+    NotUtf8(std::ffi::OsString),
+    #[error("request (stdin): {0}")]
+    Stdin(#[source] std::io::Error),
+    #[error("request (stdin): larger than the {MAX_REQUEST_BYTES}-byte bound")]
+    StdinTooLarge,
+    #[error("request {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    /// A field execve cannot take; `what` names the request file, if any.
+    #[error("{}{field}", what.as_ref().map(|w| format!("{w}: ")).unwrap_or_default())]
+    Field {
+        what: Option<String>,
+        field: FieldError,
+    },
+}
+
+/// A request field that cannot be executed as given.
+#[derive(Debug, thiserror::Error)]
+pub enum FieldError {
+    #[error("field `executable` is empty")]
+    EmptyExecutable,
+    #[error("field `executable` contains a NUL byte")]
+    NulInExecutable,
+    #[error("field `argv[{0}]` contains a NUL byte, which execve cannot pass")]
+    NulInArgv(usize),
+    #[error("field `cwd` contains a NUL byte")]
+    NulInCwd,
+}
+
 /// A nonce is an opaque token a caller compares byte for byte: non-empty,
 /// bounded, and free of control characters (it is printed in views).
-fn check_nonce(n: &str) -> Result<String, String> {
+fn check_nonce(n: &str) -> Result<String, RequestError> {
     if n.is_empty() {
-        return Err("--nonce: empty; give the CI job's run id or another per-run value".into());
+        return Err(RequestError::NonceEmpty);
     }
     if n.len() > MAX_NONCE_BYTES {
-        return Err(format!(
-            "--nonce: {} bytes, at most {MAX_NONCE_BYTES}",
-            n.len()
-        ));
+        return Err(RequestError::NonceTooLong(n.len()));
     }
     if n.chars().any(char::is_control) {
-        return Err("--nonce: contains a control character".into());
+        return Err(RequestError::NonceControl);
     }
     Ok(n.to_string())
 }
@@ -152,26 +198,25 @@ fn runner_key(
             .map(|k| (k, p.to_path_buf()))
             .map_err(RunError::RunnerKey);
     }
-    let state = |e: &dyn std::fmt::Display| RunError::StateDir(e.to_string());
     let path = state_dir.join("runner.key");
     if path.exists() {
         return sign::load_signing_key(&path)
             .map(|k| (k, path.clone()))
-            .map_err(|e| state(&e));
+            .map_err(RunError::StateKey);
     }
-    journal::ensure_dir(state_dir).map_err(|e| state(&e))?;
-    let key = sign::generate().map_err(|e| state(&e))?;
+    journal::ensure_dir(state_dir).map_err(RunError::StateDir)?;
+    let key = sign::generate().map_err(RunError::StateKey)?;
     match sign::write_keypair(&key, &path, &state_dir.join("runner.pub")) {
         Ok(()) => Ok((key, path)),
         // Another runner created it first: use theirs.
         Err(_) if path.exists() => sign::load_signing_key(&path)
             .map(|k| (k, path.clone()))
-            .map_err(|e| state(&e)),
-        Err(e) => Err(state(&e)),
+            .map_err(RunError::StateKey),
+        Err(e) => Err(RunError::StateKey(e)),
     }
 }
 
-fn selection(args: &RunArgs) -> Result<Selection, String> {
+fn selection(args: &RunArgs) -> Result<Selection, RequestError> {
     let given = [
         args.request.is_some(),
         args.lease.is_some(),
@@ -181,12 +226,10 @@ fn selection(args: &RunArgs) -> Result<Selection, String> {
     .filter(|b| **b)
     .count();
     if given != 1 {
-        return Err(
-            "give exactly one of --request FILE, --lease ID, or -- EXECUTABLE [ARG...]".into(),
-        );
+        return Err(RequestError::NotExactlyOne);
     }
     if (args.cwd.is_some() || args.profile.is_some()) && args.command.is_empty() {
-        return Err("--cwd and --profile go with -- EXECUTABLE [ARG...] only".into());
+        return Err(RequestError::CwdWithoutCommand);
     }
     if let Some(id) = &args.lease {
         return Ok(Selection::LeaseId(id.clone()));
@@ -200,9 +243,7 @@ fn selection(args: &RunArgs) -> Result<Selection, String> {
             for w in &args.command {
                 words.push(
                     w.to_str()
-                        .ok_or_else(|| {
-                            format!("argument {w:?} is not valid UTF-8; requests are JSON strings")
-                        })?
+                        .ok_or_else(|| RequestError::NotUtf8(w.clone()))?
                         .to_string(),
                 );
             }
@@ -214,7 +255,7 @@ fn selection(args: &RunArgs) -> Result<Selection, String> {
             }
         }
     };
-    check_request(&request)?;
+    check_request(&request).map_err(|field| RequestError::Field { what: None, field })?;
     Ok(Selection::Request {
         request,
         profile_given,
@@ -224,44 +265,47 @@ fn selection(args: &RunArgs) -> Result<Selection, String> {
 /// Size bound of a request (a file or stdin).
 pub const MAX_REQUEST_BYTES: u64 = 1024 * 1024;
 
-pub fn read_request(src: &str) -> Result<Request, String> {
+pub fn read_request(src: &str) -> Result<Request, RequestError> {
     let (what, bytes) = if src == "-" {
         let mut b = Vec::new();
         std::io::Read::read_to_end(
             &mut std::io::Read::take(std::io::stdin(), MAX_REQUEST_BYTES + 1),
             &mut b,
         )
-        .map_err(|e| format!("request (stdin): {e}"))?;
+        .map_err(RequestError::Stdin)?;
         if b.len() as u64 > MAX_REQUEST_BYTES {
-            return Err(format!(
-                "request (stdin): larger than the {MAX_REQUEST_BYTES}-byte bound"
-            ));
+            return Err(RequestError::StdinTooLarge);
         }
         ("request (stdin)".to_string(), b)
     } else {
-        let b = crate::os::safe_io::read_bounded(Path::new(src), MAX_REQUEST_BYTES)
-            .map_err(|e| format!("request {src}: {e}"))?;
+        let b = crate::os::safe_io::read_bounded(Path::new(src), MAX_REQUEST_BYTES).map_err(
+            |source| RequestError::Read {
+                path: src.to_string(),
+                source,
+            },
+        )?;
         (format!("request {src}"), b)
     };
     let r: Request = crate::model::parse_json(&what, &bytes)?;
-    check_request(&r).map_err(|e| format!("{what}: {e}"))?;
+    check_request(&r).map_err(|field| RequestError::Field {
+        what: Some(what),
+        field,
+    })?;
     Ok(r)
 }
 
-fn check_request(r: &Request) -> Result<(), String> {
+fn check_request(r: &Request) -> Result<(), FieldError> {
     if r.executable.is_empty() {
-        return Err("field `executable` is empty".into());
+        return Err(FieldError::EmptyExecutable);
     }
     if r.executable.contains('\0') {
-        return Err("field `executable` contains a NUL byte".into());
+        return Err(FieldError::NulInExecutable);
     }
     if let Some(i) = r.argv.iter().position(|a| a.contains('\0')) {
-        return Err(format!(
-            "field `argv[{i}]` contains a NUL byte, which execve cannot pass"
-        ));
+        return Err(FieldError::NulInArgv(i));
     }
     if r.cwd.contains('\0') {
-        return Err("field `cwd` contains a NUL byte".into());
+        return Err(FieldError::NulInCwd);
     }
     Ok(())
 }
