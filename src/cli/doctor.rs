@@ -376,6 +376,7 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
         sys::probe_in_child(|| {
             isolation::enter_namespaces(true, &[], false)
                 .map(|ns| ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
+                .map_err(|e| e.to_string())
         })
         .map(|m| {
             let detail = match m.as_str() {
@@ -394,7 +395,8 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
         sys::probe_in_child(|| {
             // What `run` does for --allow-net: the proxy's thread in this
             // namespace, the child's namespace with the listener in it.
-            let ns = isolation::enter_namespaces(false, &["doctor.invalid:443".to_string()], false)?;
+            let ns = isolation::enter_namespaces(false, &["doctor.invalid:443".to_string()], false)
+                .map_err(|e| e.to_string())?;
             Ok(ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
         })
         .map(|m| {
@@ -407,7 +409,9 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
     checks.push(check(
         "pid_namespace",
         sys::probe_in_child(|| {
-            isolation::enter_namespaces(false, &[], true).map(|ns| ns.pid.unwrap_or("").to_string())
+            isolation::enter_namespaces(false, &[], true)
+                .map(|ns| ns.pid.unwrap_or("").to_string())
+                .map_err(|e| e.to_string())
         })
         .map(|m| (m, "the child is PID 1 of its own PID namespace".into())),
     ));

@@ -222,7 +222,7 @@ pub fn enter_namespaces(
     no_network: bool,
     allow_net: &[String],
     pid_namespace: bool,
-) -> Result<Namespaces, String> {
+) -> Result<Namespaces, Unavailable> {
     let mut out = Namespaces {
         net: None,
         pid: None,
@@ -307,8 +307,20 @@ pub fn enter_namespaces(
     Ok(out)
 }
 
-fn unavailable(what: &str, why: impl std::fmt::Display) -> String {
-    format!("{what} cannot be enforced here: {why}")
+/// An isolation option of the lease that cannot be enforced on this
+/// machine: always `isolation_unavailable`. `why` is every cause found.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} cannot be enforced here: {why}")]
+pub struct Unavailable {
+    pub what: String,
+    pub why: String,
+}
+
+fn unavailable(what: &str, why: impl std::fmt::Display) -> Unavailable {
+    Unavailable {
+        what: what.to_string(),
+        why: why.to_string(),
+    }
 }
 
 /// Check and set up everything the lease asks for; `writable` are the
@@ -317,7 +329,7 @@ pub fn prepare(
     req: &IsolationRequest,
     writable: &[PathBuf],
     protect: &Protect<'_>,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, Unavailable> {
     const CAP_SYS_ADMIN: u32 = 21;
     let euid = geteuid().as_raw();
     let creds = child_creds(req, euid)?;
@@ -426,7 +438,7 @@ fn mount_namespace(
     protect: &Protect<'_>,
     (sockets, mount_table): (&[(PathBuf, String)], &[reach::Mount]),
     can_mount: bool,
-) -> Result<MountNamespace, String> {
+) -> Result<MountNamespace, Unavailable> {
     if !can_mount {
         return Ok((
             None,
@@ -447,7 +459,7 @@ fn mount_namespace(
 }
 
 /// `--as-user`: the child's uid and gid, which only a root runner can give.
-fn child_creds(req: &IsolationRequest, euid: u32) -> Result<Option<ChildCreds>, String> {
+fn child_creds(req: &IsolationRequest, euid: u32) -> Result<Option<ChildCreds>, Unavailable> {
     match req.as_user {
         Some(u) if euid != 0 => Err(unavailable(
             &format!("--as-user {}:{}", u.uid, u.gid),
@@ -474,7 +486,7 @@ struct WriteScope {
     writable: Vec<String>,
 }
 
-fn write_scope(req: &IsolationRequest, writable: &[PathBuf]) -> Result<WriteScope, String> {
+fn write_scope(req: &IsolationRequest, writable: &[PathBuf]) -> Result<WriteScope, Unavailable> {
     let Some(extra) = &req.fs_write else {
         return Ok(WriteScope::default());
     };

@@ -23,6 +23,75 @@ use super::draft::{record_refusal, Stop};
 use super::new_id;
 use super::prepare::Inputs;
 
+/// Why the child could not be set up: a refusal after admission, before
+/// the use is spent, with the one mapping to its reason.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SetupError {
+    #[error("cannot create the private HOME/TMPDIR under {bases}: {source}")]
+    Scratch {
+        bases: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Isolation(#[from] isolation::Unavailable),
+    #[error(transparent)]
+    ProcessLimit(#[from] process_limit::Unenforceable),
+    #[error(transparent)]
+    AsUser(#[from] AsUserError),
+    #[error("argv contains a NUL byte")]
+    NulInArgv,
+    #[error("executable {0} lies on a noexec mount: the kernel does not execute files there")]
+    Noexec(String),
+    #[error("internal: the executable was admitted without its sealed snapshot")]
+    NoSnapshot,
+    #[error("/dev/null: {0}")]
+    DevNull(#[source] std::io::Error),
+}
+
+impl SetupError {
+    /// The one mapping from a setup failure to the receipt's reason.
+    pub(super) fn reason(&self) -> Reason {
+        match self {
+            SetupError::Scratch { .. } | SetupError::Isolation(_) | SetupError::ProcessLimit(_) => {
+                Reason::IsolationUnavailable
+            }
+            SetupError::AsUser(_)
+            | SetupError::Noexec(_)
+            | SetupError::NoSnapshot
+            | SetupError::DevNull(_) => Reason::ExecFailed,
+            SetupError::NulInArgv => Reason::InvalidInput,
+        }
+    }
+}
+
+/// `--as-user UID:GID` could not run the approved executable itself.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum AsUserError {
+    #[error("{path}: {source}")]
+    Stat {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--as-user {uid}:{gid} cannot reach {path}: no search permission on {dir} ({modes}); the child may run only what its uid could run itself")]
+    NoSearch {
+        uid: u32,
+        gid: u32,
+        path: String,
+        dir: String,
+        modes: String,
+    },
+    #[error("--as-user {uid}:{gid} may not {} {path} ({modes}); the child may run only what its uid could run itself", if *.script { "read and execute" } else { "execute" })]
+    NoExec {
+        uid: u32,
+        gid: u32,
+        path: String,
+        modes: String,
+        script: bool,
+    },
+}
+
 /// The admitted run, carried through the stages: its inputs, the lease and
 /// its opened files, the ledger that counts it.
 pub(super) struct Run<'a> {
@@ -84,10 +153,10 @@ pub(super) fn setup(admission: Admission<'_>) -> Result<Ready<'_>, Stop> {
         }),
         // Refusals decided after admission are journaled like admission's,
         // so the audit trail is complete (the session is still held here).
-        Err((reason, message)) => {
+        Err(e) => {
             let r = Refusal {
-                reason,
-                message,
+                reason: e.reason(),
+                message: e.to_string(),
                 lease: Some(Box::new(admitted.lease.clone())),
             };
             record_refusal(session, &r);
@@ -96,29 +165,21 @@ pub(super) fn setup(admission: Admission<'_>) -> Result<Ready<'_>, Stop> {
     }
 }
 
-/// The child's setup, or the reason and words of a refusal.
-fn child(
-    inputs: &Inputs,
-    admitted: &mut Admitted,
-    led: &dyn Ledger,
-) -> Result<Child, (Reason, String)> {
+/// The child's setup, or why not.
+fn child(inputs: &Inputs, admitted: &mut Admitted, led: &dyn Ledger) -> Result<Child, SetupError> {
     let body = &admitted.lease.body;
     let attempt_id = new_id("att");
     let owner = body.isolation.as_user.map(|u| (u.uid, u.gid));
     let tmpfs_ok = !isolation::any_isolation(&body.isolation);
-    let scratch = Scratch::create(&attempt_id, owner, tmpfs_ok).map_err(|e| {
-        (
-            Reason::IsolationUnavailable,
-            format!(
-                "cannot create the private HOME/TMPDIR under {}: {e}",
-                scratch::bases(tmpfs_ok)
-                    .iter()
-                    .map(|b| b.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" or ")
-            ),
-        )
-    })?;
+    let scratch =
+        Scratch::create(&attempt_id, owner, tmpfs_ok).map_err(|source| SetupError::Scratch {
+            bases: scratch::bases(tmpfs_ok)
+                .iter()
+                .map(|b| b.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" or "),
+            source,
+        })?;
     let workspace_path = PathBuf::from(&admitted.workspace.identity.path);
     // A portable receipt's git HEAD is read now, before the child exists:
     // the child cannot choose the commit its receipt attests.
@@ -139,13 +200,12 @@ fn child(
         ledger_dir: ledger_dir.as_deref(),
         credentials: &credentials,
     };
-    let mut prepared = isolation::prepare(&body.isolation, &writable, &protect)
-        .map_err(|e| (Reason::IsolationUnavailable, e))?;
+    let mut prepared = isolation::prepare(&body.isolation, &writable, &protect)?;
     // The sealed copy is executable by anyone; the file it copies may not
     // be. A child switched to another uid runs only what that uid could
     // run itself (issue 18, finding 11).
     if let Some(c) = prepared.creds {
-        child_may_execute(&admitted.exe, c.uid, c.gid).map_err(|why| (Reason::ExecFailed, why))?;
+        child_may_execute(&admitted.exe, c.uid, c.gid)?;
     }
     let cgroups = RunCgroups::create(
         &attempt_id,
@@ -160,8 +220,7 @@ fn child(
     let proxy = prepared.proxy.take();
     let (argv, envp) = command_line(&admitted.lease.body, &scratch, proxy.is_some())?;
     let exe_snapshot = sealed_exe(admitted)?;
-    let devnull = std::fs::File::open("/dev/null")
-        .map_err(|e| (Reason::ExecFailed, format!("/dev/null: {e}")))?;
+    let devnull = std::fs::File::open("/dev/null").map_err(SetupError::DevNull)?;
     let cgroup_v1_tasks = cgroups.v1_tasks_fds();
     Ok(Child {
         attempt_id,
@@ -186,9 +245,8 @@ fn limits(
     l: &crate::model::Limits,
     prepared: &mut isolation::Prepared,
     cgroups: &RunCgroups,
-) -> Result<(process_limit::Plan, Rlimits), (Reason, String)> {
-    let process_limit = process_limit::choose(l.max_processes, prepared.report.uid, cgroups)
-        .map_err(|e| (Reason::IsolationUnavailable, e))?;
+) -> Result<(process_limit::Plan, Rlimits), SetupError> {
+    let process_limit = process_limit::choose(l.max_processes, prepared.report.uid, cgroups)?;
     prepared.report.process_limit = process_limit.report.mechanism.clone();
     prepared.report.process_limit_evadable = process_limit::evadable(
         &process_limit.report.mechanism,
@@ -205,7 +263,7 @@ fn command_line(
     body: &crate::model::LeaseBody,
     scratch: &Scratch,
     proxy: bool,
-) -> Result<(Vec<CString>, Vec<CString>), (Reason, String)> {
+) -> Result<(Vec<CString>, Vec<CString>), SetupError> {
     let mut child_env = env::child_env(&body.env, &scratch.home, &scratch.tmp);
     if proxy {
         child_env.extend(network::proxy_env());
@@ -219,7 +277,7 @@ fn command_line(
         match CString::new(a.as_bytes()) {
             Ok(c) => argv.push(c),
             Err(_) => {
-                return Err((Reason::InvalidInput, "argv contains a NUL byte".into()));
+                return Err(SetupError::NulInArgv);
             }
         }
     }
@@ -228,22 +286,13 @@ fn command_line(
 
 /// The sealed copy that was hashed is what runs; it must not become a way
 /// to execute a file the kernel would refuse (a `noexec` mount).
-fn sealed_exe(admitted: &mut Admitted) -> Result<OwnedFd, (Reason, String)> {
+fn sealed_exe(admitted: &mut Admitted) -> Result<OwnedFd, SetupError> {
     if admitted.exe.on_noexec_mount {
-        return Err((
-            Reason::ExecFailed,
-            format!(
-                "executable {} lies on a noexec mount: the kernel does not execute files there",
-                admitted.exe.identity.canonical_path
-            ),
+        return Err(SetupError::Noexec(
+            admitted.exe.identity.canonical_path.clone(),
         ));
     }
-    admitted.exe.snapshot.take().ok_or_else(|| {
-        (
-            Reason::ExecFailed,
-            "internal: the executable was admitted without its sealed snapshot".into(),
-        )
-    })
+    admitted.exe.snapshot.take().ok_or(SetupError::NoSnapshot)
 }
 
 /// The child's rlimits; records in the isolation report which memory limit
@@ -297,24 +346,26 @@ fn child_may_execute(
     exe: &crate::gate::identity::OpenedExecutable,
     uid: u32,
     gid: u32,
-) -> Result<(), String> {
+) -> Result<(), AsUserError> {
     let ids = reach::ChildIds::switched(uid, gid);
     let path = Path::new(&exe.identity.canonical_path);
+    let stat = |p: &Path| {
+        let path = p.display().to_string();
+        move |source| AsUserError::Stat { path, source }
+    };
     for dir in path.ancestors().skip(1) {
-        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let meta = std::fs::metadata(dir).map_err(stat(dir))?;
         if !ids.may(&meta, 1) {
-            return Err(format!(
-                "--as-user {uid}:{gid} cannot reach {}: no search permission on {} ({}); the child may run only what its uid could run itself",
-                path.display(),
-                dir.display(),
-                reach::mode_text(&meta)
-            ));
+            return Err(AsUserError::NoSearch {
+                uid,
+                gid,
+                path: path.display().to_string(),
+                dir: dir.display().to_string(),
+                modes: reach::mode_text(&meta),
+            });
         }
     }
-    let meta = exe
-        .file
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = exe.file.metadata().map_err(stat(path))?;
     let want = if exe.identity.interpreter.is_some() {
         5
     } else {
@@ -323,12 +374,13 @@ fn child_may_execute(
     if ids.may(&meta, want) {
         Ok(())
     } else {
-        Err(format!(
-            "--as-user {uid}:{gid} may not {} {} ({}); the child may run only what its uid could run itself",
-            if want == 5 { "read and execute" } else { "execute" },
-            path.display(),
-            reach::mode_text(&meta)
-        ))
+        Err(AsUserError::NoExec {
+            uid,
+            gid,
+            path: path.display().to_string(),
+            modes: reach::mode_text(&meta),
+            script: want == 5,
+        })
     }
 }
 
@@ -337,4 +389,46 @@ fn child_may_execute(
 /// dropped to `--as-user`, which cannot map uid 0 in a user namespace.
 pub(super) fn root_child_guarded(prepared: &isolation::Prepared) -> bool {
     prepared.creds.is_some() || matches!(prepared.key_landlocked, Some(Ok(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A HOME that cannot be made is the isolation the lease asked for
+    /// failing; an executable the child may not run is `exec_failed`.
+    #[test]
+    fn each_setup_failure_maps_to_its_reason() {
+        let io = || std::io::Error::from_raw_os_error(libc::EACCES);
+        let cases = [
+            (
+                SetupError::Scratch {
+                    bases: "/tmp".into(),
+                    source: io(),
+                },
+                Reason::IsolationUnavailable,
+            ),
+            (
+                SetupError::ProcessLimit(process_limit::Unenforceable {
+                    limit: 5,
+                    why: vec![],
+                }),
+                Reason::IsolationUnavailable,
+            ),
+            (
+                SetupError::AsUser(AsUserError::Stat {
+                    path: "/x".into(),
+                    source: io(),
+                }),
+                Reason::ExecFailed,
+            ),
+            (SetupError::Noexec("/x".into()), Reason::ExecFailed),
+            (SetupError::NoSnapshot, Reason::ExecFailed),
+            (SetupError::DevNull(io()), Reason::ExecFailed),
+            (SetupError::NulInArgv, Reason::InvalidInput),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.reason(), want, "{e}");
+        }
+    }
 }
