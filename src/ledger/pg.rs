@@ -767,7 +767,35 @@ fn os_user() -> String {
 /// without checking the server's certificate (unless a root certificate
 /// file exists, when `require` checks the chain like `verify-ca`);
 /// `verify-ca` checks the chain; `verify-full` the chain and the host name.
-fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+/// Why no TLS configuration could be made for the ledger's connection
+/// (`ledger_unavailable`, through `LedgerError::Unavailable`).
+#[derive(Debug, thiserror::Error)]
+enum TlsError {
+    #[error("PGSSLMODE={0} needs a root certificate: set PGSSLROOTCERT or create ~/.postgresql/root.crt")]
+    NoRoot(String),
+    #[error("root certificates {path}: {source}")]
+    Pem {
+        path: String,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("root certificates {path}: {source}")]
+    Roots {
+        path: String,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("root certificates {path}: {source}")]
+    Verifier {
+        path: String,
+        #[source]
+        source: rustls::server::VerifierBuilderError,
+    },
+    #[error(transparent)]
+    Protocol(#[from] rustls::Error),
+}
+
+fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let default_root = home().map(|h| h.join(".postgresql/root.crt"));
     let root_file = rootcert
@@ -780,22 +808,28 @@ fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfi
         _ => false,
     };
     let inner = if verifying {
-        let file = root_file.ok_or_else(|| {
-            format!("PGSSLMODE={mode} needs a root certificate: set PGSSLROOTCERT or create ~/.postgresql/root.crt")
-        })?;
+        let file = root_file.ok_or_else(|| TlsError::NoRoot(mode.to_string()))?;
+        let path = || file.display().to_string();
+        let pem = |source| TlsError::Pem {
+            path: path(),
+            source,
+        };
         let mut roots = rustls::RootCertStore::empty();
-        let certs = CertificateDer::pem_file_iter(&file)
-            .map_err(|e| format!("root certificates {}: {e}", file.display()))?;
-        for c in certs {
-            let c = c.map_err(|e| format!("root certificates {}: {e}", file.display()))?;
+        for c in CertificateDer::pem_file_iter(&file).map_err(pem)? {
             roots
-                .add(c)
-                .map_err(|e| format!("root certificates {}: {e}", file.display()))?;
+                .add(c.map_err(pem)?)
+                .map_err(|source| TlsError::Roots {
+                    path: path(),
+                    source,
+                })?;
         }
         Some(
             WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                 .build()
-                .map_err(|e| format!("root certificates {}: {e}", file.display()))?,
+                .map_err(|source| TlsError::Verifier {
+                    path: path(),
+                    source,
+                })?,
         )
     } else {
         None
@@ -806,8 +840,7 @@ fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfi
         provider: provider.clone(),
     });
     Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth())

@@ -37,17 +37,32 @@ pub struct Prepared {
     pub root_caps_keep: Option<u64>,
     /// Whether the mount namespace covers every path of the runner key:
     /// `Ok(how)` or `Err(why not)`; `None` without a mount namespace.
-    pub key_covered: Option<Result<String, String>>,
+    pub key_covered: Option<Cover>,
     /// A non-root runner under isolation: the Landlock ruleset that denies
     /// the child its key and state dir.
     pub landlock_guard_fd: Option<OwnedFd>,
     /// The rights the guard handles (bits), for the child's fresh mounts.
     pub landlock_guard_access: u64,
     /// Whether that ruleset covers every path of the key (as `key_covered`).
-    pub key_landlocked: Option<Result<String, String>>,
+    pub key_landlocked: Option<Cover>,
     /// `--allow-net`: the egress proxy (CONTRACT §8), listening in the
     /// child's network namespace, dialling from the runner's.
     pub proxy: Option<Proxy>,
+}
+
+/// Whether a mechanism keeps every path of the runner key from the child:
+/// how it does, or why it does not. Words for the receipt's signing report
+/// (`run::classify`), not an error: a cover that fails is stated there.
+#[derive(Debug, Clone)]
+pub enum Cover {
+    Holds(String),
+    Fails(String),
+}
+
+impl Cover {
+    pub fn holds(&self) -> bool {
+        matches!(self, Cover::Holds(_))
+    }
 }
 
 /// What the runner must keep from the child: its key and its state dir, and
@@ -426,7 +441,7 @@ pub fn prepare(
 }
 
 /// The child's mount plan, and whether it covers every path of the key.
-type MountNamespace = (Option<MountPlan>, Option<Result<String, String>>);
+type MountNamespace = (Option<MountPlan>, Option<Cover>);
 
 /// A root runner's mount namespace for a child under isolation, probed
 /// here. It needs CAP_SYS_ADMIN (a container without it still runs
@@ -442,7 +457,7 @@ fn mount_namespace(
     if !can_mount {
         return Ok((
             None,
-            Some(Err(
+            Some(Cover::Fails(
                 "governed-exec lacks CAP_SYS_ADMIN to give the child a mount namespace that covers the key".to_string(),
             )),
         ));
@@ -523,7 +538,7 @@ fn write_scope(req: &IsolationRequest, writable: &[PathBuf]) -> Result<WriteScop
 /// own in which it mounts cgroupfs and raises its pids.max. A Landlock
 /// domain forbids both: the guard leaves the directories above the key
 /// and the state dir read-only, and no landlocked process may mount.
-type Guard = (Option<OwnedFd>, u64, Option<Result<String, String>>);
+type Guard = (Option<OwnedFd>, u64, Option<Cover>);
 
 fn guard(
     writable: &[PathBuf],
@@ -536,7 +551,7 @@ fn guard(
         return (
             None,
             0,
-            Some(Err(
+            Some(Cover::Fails(
                 "the kernel offers no Landlock to deny the child the key".to_string(),
             )),
         );
@@ -545,9 +560,9 @@ fn guard(
         Ok((fd, how)) => (
             Some(fd),
             AccessFs::from_all(ABI::from(abi as i32)).bits(),
-            Some(Ok(how)),
+            Some(Cover::Holds(how)),
         ),
-        Err(why) => (None, 0, Some(Err(why))),
+        Err(why) => (None, 0, Some(Cover::Fails(why))),
     }
 }
 
@@ -940,8 +955,13 @@ fn guard_ruleset(
     ))
 }
 
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", p.display()))
+/// A path the kernel cannot take (a NUL byte in it).
+#[derive(Debug, thiserror::Error)]
+#[error("{0} has a NUL byte")]
+struct NulInPath(String);
+
+fn cstr(p: &Path) -> Result<CString, NulInPath> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| NulInPath(p.display().to_string()))
 }
 
 /// The mount namespace of a root runner's isolated child; the second value
@@ -952,22 +972,22 @@ fn mount_plan(
     protect: &Protect<'_>,
     sockets: &[(PathBuf, String)],
     mounts: &[reach::Mount],
-) -> Result<(MountPlan, Result<String, String>), String> {
+) -> Result<(MountPlan, Cover), NulInPath> {
     let mut plan = MountPlan {
         new_cgroup_ns: true,
         fresh_proc: req.pid_namespace,
         ..MountPlan::default()
     };
-    let mut covered_key = Err("the runner key does not exist yet".to_string());
+    let mut covered_key = Cover::Fails("the runner key does not exist yet".to_string());
     if let Ok(aliases) = reach::aliases(protect.key, mounts) {
         for a in &aliases {
             plan.cover_files.push(cstr(a)?);
         }
         let nlink = std::fs::metadata(protect.key).map_or(0, |m| m.nlink());
         covered_key = if nlink == 1 {
-            Ok(format!("{} path(s) of the key covered", aliases.len()))
+            Cover::Holds(format!("{} path(s) of the key covered", aliases.len()))
         } else {
-            Err(format!(
+            Cover::Fails(format!(
                 "the key file has {nlink} hard links; only paths of the same mount were covered"
             ))
         };

@@ -17,7 +17,7 @@ use crate::model::{
 };
 use crate::os::sys::ChildStep;
 use crate::process::cgroup::RunCgroups;
-use crate::process::isolation;
+use crate::process::isolation::{self, Cover};
 use crate::process::supervise::{self, Ending, RunResult, SuperviseError};
 use crate::testing::fault;
 
@@ -138,19 +138,19 @@ fn signing_report(
         };
         let guard = match (&prepared.key_landlocked, prepared.creds.is_some()) {
             (_, true) => Ok(String::new()),
-            (Some(Ok(how)), false) => Ok(format!("; {how}, and it may not mount")),
-            (Some(Err(why)), false) => Err(why.clone()),
+            (Some(Cover::Holds(how)), false) => Ok(format!("; {how}, and it may not mount")),
+            (Some(Cover::Fails(why)), false) => Err(why.clone()),
             (None, false) => Err("no Landlock guard was made".to_string()),
         };
         match (&prepared.key_covered, kept, guard) {
-            (Some(Ok(how)), Some(kept), Ok(guarded)) => (
+            (Some(Cover::Holds(how)), Some(kept), Ok(guarded)) => (
                 true,
                 format!(
                     "the child ran as uid 0 with {kept} (no CAP_SYS_ADMIN to unmount, no CAP_DAC_READ_SEARCH, CAP_SYS_PTRACE, CAP_MKNOD, CAP_SYS_RAWIO, CAP_SETUID), in its own mount namespace: {how}, the state dir, cgroupfs and host device nodes covered{guarded}; the runner is non-dumpable"
                 ),
             ),
-            (Some(Err(why)), _, _) => (false, format!("the child runs as root: {why}")),
-            (Some(Ok(_)), Some(_), Err(why)) => (
+            (Some(Cover::Fails(why)), _, _) => (false, format!("the child runs as root: {why}")),
+            (Some(Cover::Holds(_)), Some(_), Err(why)) => (
                 false,
                 format!("the child runs as root, and without a Landlock guard it could rename a directory above the covered key or state dir and plant its own: {why}"),
             ),
@@ -159,7 +159,7 @@ fn signing_report(
                 "the child runs as root with full capabilities, which can read any file".to_string(),
             ),
         }
-    } else if let Some(Ok(how)) = &prepared.key_landlocked {
+    } else if let Some(Cover::Holds(how)) = &prepared.key_landlocked {
         (
             true,
             format!("the child runs as uid {child_uid}, the runner's: {how}; Landlock also forbids it to ptrace the runner or read its /proc files, and the runner is non-dumpable"),
@@ -168,7 +168,7 @@ fn signing_report(
         (
             false,
             match &prepared.key_landlocked {
-                Some(Err(why)) => format!("the child runs as uid {child_uid}, which owns the key file, and it could not be denied the key: {why}"),
+                Some(Cover::Fails(why)) => format!("the child runs as uid {child_uid}, which owns the key file, and it could not be denied the key: {why}"),
                 _ => format!("the child runs as uid {child_uid}, which owns the key file"),
             },
         )

@@ -14,6 +14,7 @@ use crate::gate::reach;
 use crate::ledger::{GoalSession, Ledger};
 use crate::model::Reason;
 use crate::process::cgroup::RunCgroups;
+use crate::process::isolation::Cover;
 use crate::process::network::{self, Proxy};
 use crate::process::scratch::{self, Scratch};
 use crate::process::{env, isolation, process_limit};
@@ -388,7 +389,7 @@ fn child_may_execute(
 /// mount, not even in a user namespace of its own); `true` for a child that
 /// dropped to `--as-user`, which cannot map uid 0 in a user namespace.
 pub(super) fn root_child_guarded(prepared: &isolation::Prepared) -> bool {
-    prepared.creds.is_some() || matches!(prepared.key_landlocked, Some(Ok(_)))
+    prepared.creds.is_some() || prepared.key_landlocked.as_ref().is_some_and(Cover::holds)
 }
 
 #[cfg(test)]
