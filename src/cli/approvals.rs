@@ -52,8 +52,22 @@ pub enum ApprovalsError {
         line: usize,
         message: String,
     },
-    #[error("{0}")]
-    Approve(String),
+    #[error(transparent)]
+    Approve(#[from] approve::ApproveError),
+    #[error(transparent)]
+    Manifest(#[from] lease::ManifestError),
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger::LedgerSpecError),
+    #[error("lease {id} is revoked in {manifest} but not yet in its ledger {ledger}: {source}; run `revoke --lease {id}` once the ledger is reachable")]
+    NotYetRevoked {
+        id: String,
+        manifest: String,
+        ledger: String,
+        #[source]
+        source: crate::ledger::LedgerError,
+    },
+    #[error(transparent)]
+    Out(#[from] crate::cli::out::OutError),
 }
 
 /// One entry, resolved on this machine.
@@ -68,7 +82,7 @@ struct Resolved {
 /// `Ok(false)` only from `--check`: file and manifest differ.
 pub fn main(a: &ApproveCmd) -> Result<bool, ApprovalsError> {
     let Some(path) = a.file.as_deref() else {
-        return Err(ApprovalsError::Approve("missing --file".into()));
+        return Err(approve::ApproveError::Missing("--file").into());
     };
     let shown = escape::visible(&path.display().to_string());
     let file_err = |message: String| ApprovalsError::File {
@@ -152,14 +166,15 @@ fn resolve_all(
             err(at, f.to_string())
         })?;
         if !goals.contains_key(&args.goal) {
-            let g = goal::load(&args.goal).map_err(|m| err(line, m))?;
+            let g = goal::load(&args.goal).map_err(|m| err(line, m.to_string()))?;
             goals.insert(args.goal.clone(), g);
         }
         let Some(g) = goals.get(&args.goal) else {
             return Err(err(line, "goal not loaded".into()));
         };
-        let request = approve::request_of(&args).map_err(|m| err(line, m))?;
-        let body = approve::lease_body(&args, g, request, now).map_err(|m| err(line, m))?;
+        let request = approve::request_of(&args).map_err(|m| err(line, m.to_string()))?;
+        let body =
+            approve::lease_body(&args, g, request, now).map_err(|m| err(line, m.to_string()))?;
         if let Some(twin) = out.iter().find(|r| approve::same_approval(&r.body, &body)) {
             return Err(err(
                 line,
@@ -243,7 +258,12 @@ fn entry_args(
     };
     let goal = pick(&e.goal, &f.goal, &a.goal, "goal")?;
     let workspace = pick(&e.workspace, &f.workspace, &a.workspace, "workspace")?;
-    let value = |key: &'static str| move |message: String| FieldError::Value { key, message };
+    fn value<E: std::fmt::Display>(key: &'static str) -> impl Fn(E) -> FieldError {
+        move |e| FieldError::Value {
+            key,
+            message: e.to_string(),
+        }
+    }
     let duration = |key: &'static str, v: &Option<String>| {
         v.as_deref()
             .map(|s| parse_duration(s).map_err(value(key)))
@@ -315,9 +335,7 @@ fn entry_args(
 fn current_manifest(path: &Path) -> Result<Option<Manifest>, ApprovalsError> {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        _ => lease::load_manifest(path)
-            .map(Some)
-            .map_err(ApprovalsError::Approve),
+        _ => Ok(Some(lease::load_manifest(path)?)),
     }
 }
 
@@ -347,9 +365,8 @@ fn approve_all(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<(),
     let key_path = a
         .key
         .as_deref()
-        .ok_or_else(|| ApprovalsError::Approve("missing --key".into()))?;
-    let key =
-        sign::load_signing_key(key_path).map_err(|e| ApprovalsError::Approve(e.to_string()))?;
+        .ok_or(approve::ApproveError::Missing("--key"))?;
+    let key = sign::load_signing_key(key_path).map_err(approve::ApproveError::Key)?;
     let before = current_manifest(&a.manifest)?;
     let mut text = format!(
         "governed-exec: approvals file {shown}: {} entr{}\n",
@@ -419,26 +436,23 @@ fn approve_all(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<(),
                 at: at.clone(),
             });
         }
-        Ok((replaced, pruned))
-    })
-    .map_err(ApprovalsError::Approve)?;
+        (replaced, pruned)
+    })?;
     for (s, old) in sealed.iter().zip(&replaced) {
-        approve::report_superseded(&a.manifest, &s.body.lease_id, &s.body.goal.id, old)
-            .map_err(ApprovalsError::Approve)?;
+        approve::report_superseded(&a.manifest, &s.body.lease_id, &s.body.goal.id, old)?;
     }
     // A pruned lease that names a ledger is revoked there too (as `revoke`
     // does), so an old manifest copy cannot bring it back.
     for (id, goal_id, named) in &pruned {
         let Some(named) = named else { continue };
-        let l = crate::ledger::LedgerSpec::parse(named)
-            .map_err(ApprovalsError::Approve)?
-            .open();
-        crate::ledger::revoke(&*l, goal_id, id, &prune_by).map_err(|e| {
-            ApprovalsError::Approve(format!(
-                "lease {id} is revoked in {} but not yet in its ledger {}: {e}; run `revoke --lease {id}` once the ledger is reachable",
-                escape::visible(&a.manifest.display().to_string()),
-                escape::visible(&l.name())
-            ))
+        let l = crate::ledger::LedgerSpec::parse(named)?.open();
+        crate::ledger::revoke(&*l, goal_id, id, &prune_by).map_err(|source| {
+            ApprovalsError::NotYetRevoked {
+                id: id.clone(),
+                manifest: escape::visible(&a.manifest.display().to_string()),
+                ledger: escape::visible(&l.name()),
+                source,
+            }
         })?;
     }
     eprintln!(
@@ -459,7 +473,7 @@ fn approve_all(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<(),
             escape::visible(&r.label)
         ));
     }
-    crate::out!("{out}").map_err(|e| ApprovalsError::Approve(e.to_string()))
+    Ok(crate::out!("{out}")?)
 }
 
 /// The short table closing the combined summary.
@@ -659,7 +673,7 @@ fn check(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<bool, App
             check_markdown(resolved, &statuses, &only, shown, &manifest_shown, agree)
         }
     };
-    crate::out!("{text}").map_err(|e| ApprovalsError::Approve(e.to_string()))?;
+    crate::out!("{text}")?;
     Ok(agree)
 }
 

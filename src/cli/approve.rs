@@ -6,19 +6,115 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::cli::args::ApproveCmd;
-use crate::gate::identity::{self, CLEAN_PATH};
+use crate::gate::identity::{self, IdentityError, CLEAN_PATH};
 use crate::gate::lease;
-use crate::ledger::LedgerSpec;
+use crate::ledger::{LedgerSpec, LedgerSpecError};
 use crate::model::goal;
 use crate::model::{
-    Binding, EnvPolicy, IsolationRequest, LeaseBody, Limits, Manifest, MaxProcesses, Profile,
-    Request, Supersession, UserSpec, LEASE_SCHEMA,
+    Binding, EnvPolicy, IsolationRequest, LeaseBody, Limits, Manifest, MaxProcesses, NoSuchId,
+    Profile, Request, Supersession, UserSpec, LEASE_SCHEMA,
 };
 use crate::process::isolation::boundary_text;
 use crate::process::limits::{format_ms, format_size, tier};
 use crate::process::network;
-use crate::run::{new_id, read_request};
+use crate::run::{new_id, read_request, RequestError};
 use crate::{evidence::escape, evidence::sign, process::env};
+
+/// Why `approve` made no lease: a usage error (exit 2), naming the flag or
+/// file and, where there is one, the value that works.
+#[derive(Debug, thiserror::Error)]
+pub enum ApproveError {
+    #[error("missing {0}")]
+    Missing(&'static str),
+    #[error("{flag} {shown}: too large (at most {} ms)", u64::MAX)]
+    TooLarge { flag: &'static str, shown: String },
+    #[error("{flag} {value}: nothing can run under it; the minimum that works is {why}")]
+    BelowMinimum {
+        flag: &'static str,
+        value: u64,
+        why: &'static str,
+    },
+    #[error("--ttl {0}: the lease would expire before any run; the minimum that works is 1s")]
+    TtlTooShort(String),
+    #[error("--ttl {0}: the lease would expire after 9999-12-31T23:59:59Z, the latest time a lease can name; give a shorter --ttl")]
+    TtlTooLong(String),
+    #[error("{flag} {text:?}: expected UID[:GID] as numbers")]
+    UserNotNumbers { flag: &'static str, text: String },
+    #[error(transparent)]
+    NoSuchId(#[from] NoSuchId),
+    #[error("--ledger-owner: cannot give {path} to uid {} gid {}: {source} (only root, or that uid for its own files, can)", user.uid, user.gid)]
+    GiveLedger {
+        path: String,
+        user: UserSpec,
+        #[source]
+        source: nix::errno::Errno,
+    },
+    #[error("--ledger-owner: {path}: {source}")]
+    ReadLedger {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--ledger-owner goes with --ledger DIR (a PostgreSQL ledger's access is the database's roles)")]
+    LedgerOwnerWithoutDir,
+    #[error("give either --request FILE or -- EXECUTABLE [ARG...], not both")]
+    RequestAndCommand,
+    #[error("nothing to approve: give --request FILE or -- EXECUTABLE [ARG...]")]
+    NothingToApprove,
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error("--profile/--cwd disagree with the request file; the request file decides")]
+    RequestDisagrees,
+    #[error("argv contains a NUL byte, which execve cannot pass")]
+    NulInArgv,
+    #[error("workspace {path}: {source}")]
+    Workspace {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("workspace: {0}")]
+    WorkspaceIdentity(#[source] IdentityError),
+    #[error("cwd: {0}")]
+    CwdIdentity(#[source] IdentityError),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error(transparent)]
+    Env(#[from] env::EnvError),
+    #[error("{flag} {path}: {source}")]
+    Path {
+        flag: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--allow-net and --no-network together: --no-network allows no host at all; give one or the other")]
+    NetAndNoNetwork,
+    #[error(transparent)]
+    Allow(#[from] network::AllowError),
+    #[error("--env {0} with --allow-net: governed-exec sets {0} to its own proxy; leave it out")]
+    ProxyEnv(String),
+    #[error("--daemon-socket {0:?}: give the socket's absolute path")]
+    DaemonSocket(String),
+    #[error("--uses 0: nothing could run; the minimum that works is 1")]
+    ZeroUses,
+    #[error(transparent)]
+    Ledger(#[from] LedgerSpecError),
+    #[error(transparent)]
+    Goal(#[from] goal::GoalError),
+    #[error(transparent)]
+    Key(#[from] sign::KeyError),
+    #[error(transparent)]
+    Manifest(#[from] lease::ManifestError),
+    #[error("lease {old} is marked superseded in {manifest} but not yet revoked in its ledger {ledger}: {source}; run `revoke --lease {old}` once the ledger is reachable")]
+    NotYetRevoked {
+        old: String,
+        manifest: String,
+        ledger: String,
+        #[source]
+        source: crate::ledger::LedgerError,
+    },
+}
 
 pub struct LimitOverrides {
     pub wall_time: Option<Duration>,
@@ -71,12 +167,12 @@ pub struct ApproveArgs {
 
 impl ApproveArgs {
     /// `approve`'s flags for one lease (without `--file`).
-    pub fn from_cmd(a: ApproveCmd) -> Result<ApproveArgs, String> {
+    pub fn from_cmd(a: ApproveCmd) -> Result<ApproveArgs, ApproveError> {
         Ok(ApproveArgs {
-            goal: a.goal.ok_or("missing --goal")?,
-            workspace: a.workspace.ok_or("missing --workspace")?,
+            goal: a.goal.ok_or(ApproveError::Missing("--goal"))?,
+            workspace: a.workspace.ok_or(ApproveError::Missing("--workspace"))?,
             manifest: a.manifest,
-            key: a.key.ok_or("missing --key")?,
+            key: a.key.ok_or(ApproveError::Missing("--key"))?,
             ttl: a.ttl,
             uses: a.uses,
             approver: a.approver,
@@ -123,17 +219,14 @@ pub const MIN_TTL: Duration = Duration::from_secs(1);
 /// The latest expiry a lease can name: 9999-12-31T23:59:59Z (RFC 3339).
 const MAX_EXPIRY_SECS: u64 = 253_402_300_799;
 
-fn millis(flag: &str, d: Duration) -> Result<u64, String> {
-    u64::try_from(d.as_millis()).map_err(|_| {
-        format!(
-            "{flag} {}: too large (at most {} ms)",
-            humantime::format_duration(d),
-            u64::MAX
-        )
+fn millis(flag: &'static str, d: Duration) -> Result<u64, ApproveError> {
+    u64::try_from(d.as_millis()).map_err(|_| ApproveError::TooLarge {
+        flag,
+        shown: humantime::format_duration(d).to_string(),
     })
 }
 
-fn apply_overrides(mut l: Limits, o: &LimitOverrides) -> Result<Limits, String> {
+fn apply_overrides(mut l: Limits, o: &LimitOverrides) -> Result<Limits, ApproveError> {
     if let Some(d) = o.wall_time {
         l.wall_time_ms = millis("--wall-time", d)?;
     }
@@ -175,9 +268,11 @@ fn apply_overrides(mut l: Limits, o: &LimitOverrides) -> Result<Limits, String> 
         ),
     ] {
         if v < min {
-            return Err(format!(
-                "{name} {v}: nothing can run under it; the minimum that works is {why}"
-            ));
+            return Err(ApproveError::BelowMinimum {
+                flag: name,
+                value: v,
+                why,
+            });
         }
     }
     Ok(l)
@@ -185,38 +280,35 @@ fn apply_overrides(mut l: Limits, o: &LimitOverrides) -> Result<Limits, String> 
 
 /// `issued + ttl`, refused when no program could use it (below 1s) or it
 /// would pass the latest time a lease can name.
-fn expiry(issued: SystemTime, ttl: Duration) -> Result<SystemTime, String> {
-    let shown = humantime::format_duration(ttl);
+fn expiry(issued: SystemTime, ttl: Duration) -> Result<SystemTime, ApproveError> {
+    let shown = humantime::format_duration(ttl).to_string();
     if ttl < MIN_TTL {
-        return Err(format!(
-            "--ttl {shown}: the lease would expire before any run; the minimum that works is 1s"
-        ));
+        return Err(ApproveError::TtlTooShort(shown));
     }
     let latest = SystemTime::UNIX_EPOCH + Duration::from_secs(MAX_EXPIRY_SECS);
     issued
         .checked_add(ttl)
         .filter(|t| *t <= latest)
-        .ok_or_else(|| {
-            format!("--ttl {shown}: the lease would expire after 9999-12-31T23:59:59Z, the latest time a lease can name; give a shorter --ttl")
-        })
+        .ok_or(ApproveError::TtlTooLong(shown))
 }
 
-fn parse_user(s: &str) -> Result<UserSpec, String> {
+/// `UID[:GID]` as `flag` (`--as-user`, `--ledger-owner`) gives it.
+fn parse_user(flag: &'static str, s: &str) -> Result<UserSpec, ApproveError> {
     let (u, g) = match s.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (s, None),
     };
-    let uid: u32 = u
-        .parse()
-        .map_err(|_| format!("--as-user {s:?}: expected UID[:GID] as numbers"))?;
+    let not_numbers = || ApproveError::UserNotNumbers {
+        flag,
+        text: s.to_string(),
+    };
+    let uid: u32 = u.parse().map_err(|_| not_numbers())?;
     let gid: u32 = match g {
-        Some(g) => g
-            .parse()
-            .map_err(|_| format!("--as-user {s:?}: expected UID[:GID] as numbers"))?,
+        Some(g) => g.parse().map_err(|_| not_numbers())?,
         None => uid,
     };
     let spec = UserSpec { uid, gid };
-    spec.check()?;
+    spec.check().map_err(|e| NoSuchId { flag, ..e })?;
     Ok(spec)
 }
 
@@ -224,9 +316,9 @@ fn parse_user(s: &str) -> Result<UserSpec, String> {
 /// will run the lease (`--ledger-owner`): a CI runner of another uid must
 /// create and lock files there. Symlinks are changed themselves, never
 /// followed.
-fn give_ledger(dir: &Path, user: UserSpec) -> Result<(), String> {
+fn give_ledger(dir: &Path, user: UserSpec) -> Result<(), ApproveError> {
     use nix::unistd::{fchownat, Gid, Uid};
-    fn walk(p: &Path, user: UserSpec, depth: usize) -> Result<(), String> {
+    fn walk(p: &Path, user: UserSpec, depth: usize) -> Result<(), ApproveError> {
         fchownat(
             None,
             p,
@@ -234,18 +326,17 @@ fn give_ledger(dir: &Path, user: UserSpec) -> Result<(), String> {
             Some(Gid::from_raw(user.gid)),
             nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
         )
-        .map_err(|e| {
-            format!(
-                "--ledger-owner: cannot give {} to uid {} gid {}: {e} (only root, or that uid for its own files, can)",
-                p.display(),
-                user.uid,
-                user.gid
-            )
+        .map_err(|source| ApproveError::GiveLedger {
+            path: p.display().to_string(),
+            user,
+            source,
         })?;
         let is_dir = std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
         if is_dir && depth < 8 {
-            let entries = std::fs::read_dir(p)
-                .map_err(|e| format!("--ledger-owner: {}: {e}", p.display()))?;
+            let entries = std::fs::read_dir(p).map_err(|source| ApproveError::ReadLedger {
+                path: p.display().to_string(),
+                source,
+            })?;
             for entry in entries.flatten() {
                 walk(&entry.path(), user, depth + 1)?;
             }
@@ -278,23 +369,16 @@ fn ledger_access(dir: &Path) -> Option<String> {
 
 /// The request `approve` is asked to approve: `--request FILE` or the
 /// words after `--`, with `--cwd` and `--profile`.
-pub fn request_of(a: &ApproveArgs) -> Result<Request, String> {
+pub fn request_of(a: &ApproveArgs) -> Result<Request, ApproveError> {
     match (&a.request, a.command.is_empty()) {
-        (Some(_), false) => {
-            Err("give either --request FILE or -- EXECUTABLE [ARG...], not both".into())
-        }
-        (None, true) => {
-            Err("nothing to approve: give --request FILE or -- EXECUTABLE [ARG...]".into())
-        }
+        (Some(_), false) => Err(ApproveError::RequestAndCommand),
+        (None, true) => Err(ApproveError::NothingToApprove),
         (Some(src), true) => {
             let r = read_request(src)?;
             if a.profile.is_some_and(|p| p != r.profile)
                 || a.cwd.as_ref().is_some_and(|c| c != &r.cwd)
             {
-                return Err(
-                    "--profile/--cwd disagree with the request file; the request file decides"
-                        .into(),
-                );
+                return Err(ApproveError::RequestDisagrees);
             }
             Ok(r)
         }
@@ -320,15 +404,18 @@ pub fn lease_body(
     goal: &goal::LoadedGoal,
     request: Request,
     now: SystemTime,
-) -> Result<LeaseBody, String> {
+) -> Result<LeaseBody, ApproveError> {
     if request.argv.iter().any(|s| s.contains('\0')) {
-        return Err("argv contains a NUL byte, which execve cannot pass".into());
+        return Err(ApproveError::NulInArgv);
     }
-    let ws_canon = std::fs::canonicalize(&a.workspace)
-        .map_err(|e| format!("workspace {}: {e}", a.workspace.display()))?;
-    let workspace = identity::open_dir(&ws_canon).map_err(|e| format!("workspace: {e}"))?;
-    let cwd_path = identity::resolve_cwd(&ws_canon, &request.cwd).map_err(|e| e.to_string())?;
-    let cwd = identity::open_dir(&cwd_path).map_err(|e| format!("cwd: {e}"))?;
+    let ws_canon =
+        std::fs::canonicalize(&a.workspace).map_err(|source| ApproveError::Workspace {
+            path: a.workspace.display().to_string(),
+            source,
+        })?;
+    let workspace = identity::open_dir(&ws_canon).map_err(ApproveError::WorkspaceIdentity)?;
+    let cwd_path = identity::resolve_cwd(&ws_canon, &request.cwd)?;
+    let cwd = identity::open_dir(&cwd_path).map_err(ApproveError::CwdIdentity)?;
 
     let mut fixed = std::collections::BTreeMap::new();
     for s in &a.env {
@@ -345,19 +432,22 @@ pub fn lease_body(
         &cwd_path,
         a.max_executable_size,
         identity::Snapshot::HashOnly,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
 
     let limits = apply_overrides(tier(request.profile), &a.limits)?;
-    let canonical_all = |flag: &str, paths: &[PathBuf]| -> Result<Vec<String>, String> {
+    let canonical_all = |flag: &'static str, paths: &[PathBuf]| {
         paths
             .iter()
             .map(|p| {
                 std::fs::canonicalize(p)
                     .map(|c| c.display().to_string())
-                    .map_err(|e| format!("{flag} {}: {e}", p.display()))
+                    .map_err(|source| ApproveError::Path {
+                        flag,
+                        path: p.display().to_string(),
+                        source,
+                    })
             })
-            .collect()
+            .collect::<Result<Vec<String>, ApproveError>>()
     };
     let fs_read = (!a.fs_read.is_empty())
         .then(|| canonical_all("--fs-read", &a.fs_read))
@@ -366,9 +456,9 @@ pub fn lease_body(
         .then(|| canonical_all("--fs-write", &a.fs_write))
         .transpose()?;
     if a.no_network && !a.allow_net.is_empty() {
-        return Err("--allow-net and --no-network together: --no-network allows no host at all; give one or the other".into());
+        return Err(ApproveError::NetAndNoNetwork);
     }
-    let allow_net = network::canonical_list(&a.allow_net).map_err(|e| e.to_string())?;
+    let allow_net = network::canonical_list(&a.allow_net)?;
     if !allow_net.is_empty() {
         let proxy_vars = network::proxy_env();
         if let Some((k, _)) = env_policy
@@ -376,21 +466,21 @@ pub fn lease_body(
             .iter()
             .find(|(k, _)| proxy_vars.iter().any(|(p, _)| p == *k))
         {
-            return Err(format!(
-                "--env {k} with --allow-net: governed-exec sets {k} to its own proxy; leave it out"
-            ));
+            return Err(ApproveError::ProxyEnv(k.clone()));
         }
     }
     for s in &a.daemon_sockets {
         if !Path::new(s).is_absolute() || s.contains('\0') {
-            return Err(format!(
-                "--daemon-socket {s:?}: give the socket's absolute path"
-            ));
+            return Err(ApproveError::DaemonSocket(s.clone()));
         }
     }
     let isolation = IsolationRequest {
         daemon_sockets: a.daemon_sockets.clone(),
-        as_user: a.as_user.as_deref().map(parse_user).transpose()?,
+        as_user: a
+            .as_user
+            .as_deref()
+            .map(|s| parse_user("--as-user", s))
+            .transpose()?,
         fs_write,
         fs_read,
         no_network: a.no_network,
@@ -398,7 +488,7 @@ pub fn lease_body(
         allow_net,
     };
     if a.uses == 0 {
-        return Err("--uses 0: nothing could run; the minimum that works is 1".into());
+        return Err(ApproveError::ZeroUses);
     }
     let ledger = a
         .ledger
@@ -449,9 +539,9 @@ pub fn lease_body(
 }
 
 /// Resolve, sign and store the lease. Returns the lease id.
-pub fn approve(a: ApproveArgs) -> Result<String, String> {
+pub fn approve(a: ApproveArgs) -> Result<String, ApproveError> {
     let goal = goal::load(&a.goal)?;
-    let key = sign::load_signing_key(&a.key).map_err(|e| e.to_string())?;
+    let key = sign::load_signing_key(&a.key)?;
     let request = request_of(&a)?;
     let body = lease_body(&a, &goal, request, SystemTime::now())?;
     // The ledger directory is given to the runner's uid before the summary
@@ -468,7 +558,7 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
     let replaced = lease::update_manifest(&a.manifest, true, |m| {
         let replaced = supersede(m, &sealed.body);
         m.leases.push(sealed);
-        Ok(replaced)
+        replaced
     })?;
     report_superseded(&a.manifest, &id, &goal_id, &replaced)?;
     eprintln!(
@@ -486,17 +576,14 @@ pub fn approve(a: ApproveArgs) -> Result<String, String> {
 fn ledger_owner(
     a: &ApproveArgs,
     ledger: Option<&str>,
-) -> Result<Option<(PathBuf, UserSpec)>, String> {
+) -> Result<Option<(PathBuf, UserSpec)>, ApproveError> {
     let Some(o) = &a.ledger_owner else {
         return Ok(None);
     };
-    let user = parse_user(o).map_err(|e| e.replace("--as-user", "--ledger-owner"))?;
+    let user = parse_user("--ledger-owner", o)?;
     match a.ledger.as_deref().map(LedgerSpec::parse).transpose()? {
         Some(LedgerSpec::Path(_)) => Ok(ledger.map(|dir| (PathBuf::from(dir), user))),
-        _ => Err(
-            "--ledger-owner goes with --ledger DIR (a PostgreSQL ledger's access is the database's roles)"
-                .into(),
-        ),
+        _ => Err(ApproveError::LedgerOwnerWithoutDir),
     }
 }
 
@@ -509,7 +596,7 @@ pub fn report_superseded(
     id: &str,
     goal_id: &str,
     replaced: &[(String, Option<String>)],
-) -> Result<(), String> {
+) -> Result<(), ApproveError> {
     for (old, _) in replaced {
         eprintln!("  {:<13} lease {old} (same goal, request and binding): marked superseded; it no longer runs", "replaces");
     }
@@ -517,9 +604,13 @@ pub fn report_superseded(
         let Some(named) = named else { continue };
         let l = crate::ledger::LedgerSpec::parse(named)?.open();
         let by = format!("superseded by lease {id}");
-        crate::ledger::revoke(&*l, goal_id, old, &by).map_err(|e| {
-            format!("lease {old} is marked superseded in {} but not yet revoked in its ledger {}: {e}; run `revoke --lease {old}` once the ledger is reachable",
-                escape::visible(&manifest.display().to_string()), escape::visible(&l.name()))
+        crate::ledger::revoke(&*l, goal_id, old, &by).map_err(|source| {
+            ApproveError::NotYetRevoked {
+                old: old.clone(),
+                manifest: escape::visible(&manifest.display().to_string()),
+                ledger: escape::visible(&l.name()),
+                source,
+            }
         })?;
     }
     Ok(())
@@ -754,7 +845,7 @@ pub fn daemons_in_reach_here(iso: &IsolationRequest, m: Machine) -> Vec<String> 
     let child_uid = iso.as_user.map_or(m.euid, |u| u.uid);
     let covers = m.euid == 0 && m.admin && crate::process::isolation::any_isolation(iso);
     // Covers hold with the Landlock guard (a uid-0 child) or a fresh /proc.
-    let covers_hold = covers && ((child_uid == 0 && m.landlock) || iso.pid_namespace);
+    let covers_hold = covers && reach::covers_hold(child_uid == 0 && m.landlock, iso.pid_namespace);
     if covers_hold {
         return Vec::new();
     }
@@ -766,7 +857,8 @@ pub fn daemons_in_reach_here(iso: &IsolationRequest, m: Machine) -> Vec<String> 
         .into_iter()
         .filter_map(|(sock, daemon)| {
             let meta = std::fs::metadata(&sock).ok()?;
-            ids.may(&meta, 2).then(|| format!(
+            let reachable = reach::socket_reach(&ids, covers_hold, &meta) == reach::SocketReach::Reachable;
+            reachable.then(|| format!(
                 "receipts of this lease will be NOT_VERIFIED on this machine (signing_key_in_child_reach, and no_leftover_processes if the goal asks): the child ({}) can connect to {daemon} at {} ({}), which reads files and starts processes for it; approve --as-user UID for a uid outside the socket's owner and group{}, or run governed-exec as such a uid",
                 ids.describe(),
                 sock.display(),

@@ -118,9 +118,23 @@ pub fn report() -> Report {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
-    let mut checks = Vec::new();
+    let mut checks = vec![spawn_check()];
+    let (limits, process_limit_by_profile) = limit_checks(euid);
+    checks.extend(limits);
+    checks.extend(isolation_checks(euid));
+    checks.extend(key_checks(euid));
+    Report {
+        uid,
+        euid,
+        kernel,
+        checks,
+        process_limit_by_profile,
+    }
+}
 
-    checks.push(check(
+/// How `run` makes the child: clone3, or clone with CLONE_PIDFD.
+fn spawn_check() -> Check {
+    check(
         "spawn",
         Ok(match sys::clone3_probe() {
             Ok(()) => (
@@ -135,8 +149,14 @@ pub fn report() -> Report {
                 ),
             ),
         }),
-    ));
+    )
+}
 
+/// The limits of a lease on this machine: the same cgroups `run` makes
+/// (made and removed again), the rlimits, the runner's own deadline and
+/// output cap, and the process limit each profile would get.
+fn limit_checks(euid: u32) -> (Vec<Check>, Vec<ProfileLimit>) {
+    let mut checks = Vec::new();
     // The same groups `run` makes, made and removed again.
     let probe_id = crate::run::new_id("doctor");
     let largest = tier(Profile::Long).max_processes.limit();
@@ -171,6 +191,47 @@ pub fn report() -> Report {
             Err("the child runs as root (governed-exec's uid), which RLIMIT_NPROC does not bind; it binds a child approved with --as-user to a non-root uid".into())
         },
     ));
+    checks.extend(memory_checks(&cgroups, euid));
+    checks.extend(rlimit_checks(euid));
+    let process_limit_by_profile = [Profile::Short, Profile::Standard, Profile::Long]
+        .into_iter()
+        .map(|p| {
+            let max = tier(p).max_processes;
+            match process_limit::choose(max, euid, &cgroups) {
+                Ok(plan) => ProfileLimit {
+                    profile: p.to_string(),
+                    max_processes: max,
+                    mechanism: Some(plan.report.mechanism),
+                    detail: plan.report.detail,
+                },
+                Err(e) => ProfileLimit {
+                    profile: p.to_string(),
+                    max_processes: max,
+                    mechanism: None,
+                    detail: format!("refused isolation_unavailable: {e}"),
+                },
+            }
+        })
+        .collect();
+    checks.push(check(
+        "cgroup_kill",
+        if cgroups.has_kill() {
+            Ok((
+                "cgroup_v2".into(),
+                "a v2 group per run: cleanup also kills through cgroup.kill and requires `populated 0`".into(),
+            ))
+        } else {
+            Err("no cgroup v2 group can be made: cleanup relies on the subreaper tree walk (and a v1 pids group's members where there is one)".into())
+        },
+    ));
+    drop(cgroups);
+    (checks, process_limit_by_profile)
+}
+
+/// CONTRACT §9: the memory limit (a memory cgroup where `run` can make
+/// one, else RLIMIT_AS) and how the run's resources are read.
+fn memory_checks(cgroups: &RunCgroups, euid: u32) -> Vec<Check> {
+    let mut checks = Vec::new();
     // The other limits of a lease: rlimits the child sets on itself just
     // before exec (soft = hard = the lease's value), and the runner's own
     // deadline and output cap.
@@ -221,6 +282,15 @@ pub fn report() -> Report {
             ),
         }),
     ));
+    checks
+}
+
+/// The rlimits of a lease, the deadline, the output cap and the enclosing
+/// `pids.max`.
+fn rlimit_checks(euid: u32) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let long = tier(Profile::Long);
+    let can_raise = euid == 0 && sys::has_effective_capability(CAP_SYS_RESOURCE);
     for (name, resource, rlimit, largest) in [
         (
             "cpu_time",
@@ -272,39 +342,12 @@ pub fn report() -> Report {
             )
         }),
     ));
-    let process_limit_by_profile = [Profile::Short, Profile::Standard, Profile::Long]
-        .into_iter()
-        .map(|p| {
-            let max = tier(p).max_processes;
-            match process_limit::choose(max, euid, &cgroups) {
-                Ok(plan) => ProfileLimit {
-                    profile: p.to_string(),
-                    max_processes: max,
-                    mechanism: Some(plan.report.mechanism),
-                    detail: plan.report.detail,
-                },
-                Err(e) => ProfileLimit {
-                    profile: p.to_string(),
-                    max_processes: max,
-                    mechanism: None,
-                    detail: format!("refused isolation_unavailable: {e}"),
-                },
-            }
-        })
-        .collect();
-    checks.push(check(
-        "cgroup_kill",
-        if cgroups.has_kill() {
-            Ok((
-                "cgroup_v2".into(),
-                "a v2 group per run: cleanup also kills through cgroup.kill and requires `populated 0`".into(),
-            ))
-        } else {
-            Err("no cgroup v2 group can be made: cleanup relies on the subreaper tree walk (and a v1 pids group's members where there is one)".into())
-        },
-    ));
-    drop(cgroups);
+    checks
+}
 
+/// The isolation options a lease may ask for, probed here.
+fn isolation_checks(euid: u32) -> Vec<Check> {
+    let mut checks = Vec::new();
     checks.push(check(
         "landlock",
         match sys::landlock_abi_version() {
@@ -333,6 +376,7 @@ pub fn report() -> Report {
         sys::probe_in_child(|| {
             isolation::enter_namespaces(true, &[], false)
                 .map(|ns| ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
+                .map_err(|e| e.to_string())
         })
         .map(|m| {
             let detail = match m.as_str() {
@@ -351,7 +395,8 @@ pub fn report() -> Report {
         sys::probe_in_child(|| {
             // What `run` does for --allow-net: the proxy's thread in this
             // namespace, the child's namespace with the listener in it.
-            let ns = isolation::enter_namespaces(false, &["doctor.invalid:443".to_string()], false)?;
+            let ns = isolation::enter_namespaces(false, &["doctor.invalid:443".to_string()], false)
+                .map_err(|e| e.to_string())?;
             Ok(ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
         })
         .map(|m| {
@@ -364,7 +409,9 @@ pub fn report() -> Report {
     checks.push(check(
         "pid_namespace",
         sys::probe_in_child(|| {
-            isolation::enter_namespaces(false, &[], true).map(|ns| ns.pid.unwrap_or("").to_string())
+            isolation::enter_namespaces(false, &[], true)
+                .map(|ns| ns.pid.unwrap_or("").to_string())
+                .map_err(|e| e.to_string())
         })
         .map(|m| (m, "the child is PID 1 of its own PID namespace".into())),
     ));
@@ -388,6 +435,12 @@ pub fn report() -> Report {
             Err(format!("governed-exec runs as uid {euid}; switching the child's uid needs root"))
         },
     ));
+    checks
+}
+
+/// The runner key and the child's reach.
+fn key_checks(euid: u32) -> Vec<Check> {
+    let mut checks = Vec::new();
     // The runner key (rootchild's rules, run.rs `signing_report`): which
     // leases keep it out of the child's reach on this machine.
     let admin = sys::has_effective_capability(21);
@@ -405,13 +458,7 @@ pub fn report() -> Report {
         },
     ));
     checks.extend(reach_checks(euid, admin, sys::landlock_abi_version()));
-    Report {
-        uid,
-        euid,
-        kernel,
-        checks,
-        process_limit_by_profile,
-    }
+    checks
 }
 
 /// The child's reach on this machine (CONTRACT §7, v1.2), as `run` computes
@@ -428,22 +475,22 @@ fn reach_checks(euid: u32, admin: bool, landlock_abi: Option<i64>) -> Vec<Check>
             continue;
         };
         let modes = reach::mode_text(&meta);
+        // The rule `run` applies, for a child of this uid; a root runner
+        // with CAP_SYS_ADMIN covers the socket under any isolation option.
+        let rule = reach::socket_reach(&same_uid, euid == 0 && admin, &meta);
         let plain = if same_uid.may(&meta, 2) {
             "reachable by a child of this uid without isolation"
         } else {
             "out of reach of a child of this uid by its modes"
         };
-        let r = if euid == 0 && admin {
-            Ok(("mount_cover".to_string(), format!("{daemon} at {} ({modes}): {plain}; any isolation option covers it in the child's mount namespace", sock.display())))
-        } else if euid == 0 {
-            Ok(("file_modes".to_string(), format!("{daemon} at {} ({modes}): {plain}; governed-exec lacks CAP_SYS_ADMIN to cover it, so only --as-user to a uid outside its owner and group keeps it out", sock.display())))
-        } else if same_uid.may(&meta, 2) {
-            Err(format!("{daemon} at {} ({modes}): this uid (or one of its groups) may connect, and no lease can take that from its child (Landlock does not mediate connect(2)); receipts will say the key was in reach and the cleanup evadable: run governed-exec as a uid outside the socket's group", sock.display()))
-        } else {
-            Ok((
+        let r = match rule {
+            reach::SocketReach::Covered => Ok(("mount_cover".to_string(), format!("{daemon} at {} ({modes}): {plain}; any isolation option covers it in the child's mount namespace", sock.display()))),
+            _ if euid == 0 => Ok(("file_modes".to_string(), format!("{daemon} at {} ({modes}): {plain}; governed-exec lacks CAP_SYS_ADMIN to cover it, so only --as-user to a uid outside its owner and group keeps it out", sock.display()))),
+            reach::SocketReach::Reachable => Err(format!("{daemon} at {} ({modes}): this uid (or one of its groups) may connect, and no lease can take that from its child (Landlock does not mediate connect(2)); receipts will say the key was in reach and the cleanup evadable: run governed-exec as a uid outside the socket's group", sock.display())),
+            reach::SocketReach::Denied => Ok((
                 "file_modes".to_string(),
                 format!("{daemon} at {} ({modes}): {plain}", sock.display()),
-            ))
+            )),
         };
         out.push(check("reach_daemon_socket", r));
     }
@@ -520,7 +567,7 @@ fn ledger_usable(l: &str) -> Result<(String, String), String> {
     use crate::ledger::LedgerSpec;
     use nix::unistd::{faccessat, AccessFlags};
     use std::os::unix::fs::MetadataExt;
-    let spec = LedgerSpec::parse(l)?;
+    let spec = LedgerSpec::parse(l).map_err(|e| e.to_string())?;
     let euid = nix::unistd::geteuid().as_raw();
     let led = spec.open();
     match &spec {

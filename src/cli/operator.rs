@@ -9,13 +9,36 @@ pub use crate::ledger::OperatorError;
 use crate::ledger::{self, Ledger};
 use crate::{evidence::escape, evidence::receipt, evidence::sign, evidence::view, gate::lease};
 
-pub fn keygen(prefix: &Path) -> Result<(), String> {
-    let key = sign::generate().map_err(|e| e.to_string())?;
+/// Why `keygen`, `receipt show` or `journal` failed: a usage error (exit 2)
+/// with the cause's own words.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Key(#[from] sign::KeyError),
+    #[error(transparent)]
+    Receipt(#[from] receipt::ReceiptError),
+    #[error(transparent)]
+    Parse(#[from] crate::model::ParseError),
+    #[error("receipt {0}: the statement has no `predicate` object")]
+    NoPredicate(String),
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger::LedgerError),
+    /// A chain of the ledger that does not read (its own words).
+    #[error("{0}")]
+    Chain(String),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Out(#[from] crate::cli::out::OutError),
+}
+
+pub fn keygen(prefix: &Path) -> Result<(), CommandError> {
+    let key = sign::generate()?;
     let mut k = prefix.as_os_str().to_os_string();
     k.push(".key");
     let mut p = prefix.as_os_str().to_os_string();
     p.push(".pub");
-    sign::write_keypair(&key, Path::new(&k), Path::new(&p)).map_err(|e| e.to_string())?;
+    sign::write_keypair(&key, Path::new(&k), Path::new(&p))?;
     eprintln!(
         "wrote {} (0600) and {}; key id {}",
         Path::new(&k).display(),
@@ -25,25 +48,19 @@ pub fn keygen(prefix: &Path) -> Result<(), String> {
     Ok(())
 }
 
-pub fn receipt_show(path: &Path, format: ReceiptFormat) -> Result<(), String> {
+pub fn receipt_show(path: &Path, format: ReceiptFormat) -> Result<(), CommandError> {
     let env = receipt::read_envelope(path)?;
     if format == ReceiptFormat::Json {
         let stmt = receipt::decode_statement(&env)?;
-        crate::outln!(
-            "{}",
-            serde_json::to_string_pretty(&stmt).map_err(|e| e.to_string())?
-        )?;
+        crate::outln!("{}", serde_json::to_string_pretty(&stmt)?)?;
         return Ok(());
     }
     // The human views read plain JSON, so a field added by another release
     // is shown instead of failing the view.
-    let payload = sign::b64_decode(&env.payload).ok_or("receipt payload is not valid base64")?;
+    let payload = sign::b64_decode(&env.payload).ok_or(receipt::ReceiptError::Base64)?;
     let stmt: serde_json::Value = crate::model::parse_json("receipt statement", &payload)?;
     if !stmt["predicate"].is_object() {
-        return Err(format!(
-            "receipt {}: the statement has no `predicate` object",
-            path.display()
-        ));
+        return Err(CommandError::NoPredicate(path.display().to_string()));
     }
     let text = match format {
         ReceiptFormat::Markdown => view::receipt_markdown(&stmt),
@@ -65,10 +82,10 @@ pub struct RefusalRow {
 }
 
 /// Every refusal record of every Goal, oldest first within a Goal.
-fn refusals(l: &dyn Ledger) -> Result<Vec<RefusalRow>, String> {
+fn refusals(l: &dyn Ledger) -> Result<Vec<RefusalRow>, CommandError> {
     let mut rows = Vec::new();
-    for (label, chain) in l.chains().map_err(|e| e.to_string())? {
-        for e in chain? {
+    for (label, chain) in l.chains()? {
+        for e in chain.map_err(CommandError::Chain)? {
             if let Event::Refusal {
                 lease_id,
                 reason,
@@ -91,8 +108,8 @@ fn refusals(l: &dyn Ledger) -> Result<Vec<RefusalRow>, String> {
 /// The attempts as a table (or JSON); with `with_refusals`, the runs
 /// refused before anything was spent as well: a second table, or a JSON
 /// object `{ "attempts": [...], "refusals": [...] }` instead of the array.
-pub fn journal_list(l: &dyn Ledger, json: bool, with_refusals: bool) -> Result<(), String> {
-    let entries = ledger::all_entries(l).map_err(|e| e.to_string())?;
+pub fn journal_list(l: &dyn Ledger, json: bool, with_refusals: bool) -> Result<(), CommandError> {
+    let entries = ledger::all_entries(l)?;
     let attempts = ledger::attempts(l, &entries);
     let refused = if with_refusals {
         refusals(l)?
@@ -103,12 +120,9 @@ pub fn journal_list(l: &dyn Ledger, json: bool, with_refusals: bool) -> Result<(
         let doc = if with_refusals {
             serde_json::json!({ "attempts": attempts, "refusals": refused })
         } else {
-            serde_json::to_value(&attempts).map_err(|e| e.to_string())?
+            serde_json::to_value(&attempts)?
         };
-        crate::outln!(
-            "{}",
-            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
-        )?;
+        crate::outln!("{}", serde_json::to_string_pretty(&doc)?)?;
         return Ok(());
     }
     crate::outln!(
@@ -184,8 +198,8 @@ pub fn journal_list(l: &dyn Ledger, json: bool, with_refusals: bool) -> Result<(
 }
 
 /// Returns false when the attempt is unknown to the journal.
-pub fn journal_show(l: &dyn Ledger, attempt: &str, json: bool) -> Result<bool, String> {
-    let entries = ledger::all_entries(l).map_err(|e| e.to_string())?;
+pub fn journal_show(l: &dyn Ledger, attempt: &str, json: bool) -> Result<bool, CommandError> {
+    let entries = ledger::all_entries(l)?;
     let records: Vec<&journal::Record> = entries
         .iter()
         .map(|e| &e.record)
@@ -204,15 +218,9 @@ pub fn journal_show(l: &dyn Ledger, attempt: &str, json: bool) -> Result<bool, S
         .find(|a| a.attempt_id == attempt);
     let doc = serde_json::json!({ "attempt": summary, "records": records });
     if json {
-        crate::outln!(
-            "{}",
-            serde_json::to_string(&doc).map_err(|e| e.to_string())?
-        )?;
+        crate::outln!("{}", serde_json::to_string(&doc)?)?;
     } else {
-        crate::outln!(
-            "{}",
-            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
-        )?;
+        crate::outln!("{}", serde_json::to_string_pretty(&doc)?)?;
     }
     Ok(true)
 }
@@ -221,7 +229,7 @@ pub fn journal_show(l: &dyn Ledger, attempt: &str, json: bool) -> Result<bool, S
 /// records and check the invariants (for a local ledger also its
 /// checkpoints). Returns whether all is sound; a ledger that cannot be read
 /// is not sound.
-pub fn journal_verify(l: &dyn Ledger) -> Result<bool, String> {
+pub fn journal_verify(l: &dyn Ledger) -> Result<bool, CommandError> {
     if let Some(dir) = l.local_dir() {
         return journal_verify_dir(dir);
     }
@@ -278,7 +286,7 @@ pub fn journal_verify(l: &dyn Ledger) -> Result<bool, String> {
 /// Re-walk every chain, re-derive each Goal's state from its records,
 /// check the invariants and the checkpoint. Returns whether all is sound;
 /// a journal directory that cannot be read is not sound.
-fn journal_verify_dir(state_dir: &Path) -> Result<bool, String> {
+fn journal_verify_dir(state_dir: &Path) -> Result<bool, CommandError> {
     let results = match journal::verify_all(state_dir) {
         Ok(r) => r,
         Err(e) => {
@@ -354,7 +362,7 @@ pub fn revoke(
     by: &str,
     state_dir: &Path,
 ) -> Result<(), OperatorError> {
-    let m = lease::load_manifest(manifest).map_err(OperatorError::UnknownId)?;
+    let m = lease::load_manifest(manifest).map_err(|e| OperatorError::UnknownId(e.to_string()))?;
     let Some(l) = m.leases.iter().find(|l| l.body.lease_id == lease_id) else {
         return Err(OperatorError::UnknownId(format!(
             "lease {lease_id:?} is not in manifest {}",
@@ -371,14 +379,14 @@ pub fn revoke(
                 at: journal::now_rfc3339(),
             });
         }
-        Ok(())
     })
-    .map_err(OperatorError::Failed)?;
+    .map_err(|e| OperatorError::Failed(e.to_string()))?;
     // Also record it in the lease's ledger. A named ledger is where every
     // runner checks, so an old manifest copy cannot bring the lease back:
     // failing to write it there is an error. The state dir's journal is
     // only the local audit trail.
-    let l = ledger::for_lease(named.as_deref(), state_dir).map_err(OperatorError::Failed)?;
+    let l = ledger::for_lease(named.as_deref(), state_dir)
+        .map_err(|e| OperatorError::Failed(e.to_string()))?;
     match ledger::revoke(&*l, &goal_id, lease_id, by) {
         Ok(()) => {}
         Err(e) if l.is_named() => {

@@ -4,12 +4,17 @@
 
 use std::io::Write;
 
+/// stdout is closed or failing.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to stdout: {0}")]
+pub struct OutError(#[source] pub std::io::Error);
+
 /// Write `text` to stdout and flush it.
-pub fn write(text: &str) -> Result<(), String> {
+pub fn write(text: &str) -> Result<(), OutError> {
     let mut o = std::io::stdout().lock();
     o.write_all(text.as_bytes())
         .and_then(|()| o.flush())
-        .map_err(|e| format!("cannot write to stdout: {e}"))
+        .map_err(OutError)
 }
 
 /// `println!` that returns an error instead of panicking.

@@ -81,14 +81,33 @@ pub fn seal(stmt: &Statement, key: Option<&SigningKey>) -> (Envelope, String) {
 /// Size bound of a receipt file (kept output is bounded per stream).
 pub const MAX_RECEIPT_BYTES: u64 = 64 * 1024 * 1024;
 
-pub fn read_envelope(path: &Path) -> Result<Envelope, String> {
-    let bytes = crate::os::safe_io::read_bounded(path, MAX_RECEIPT_BYTES)
-        .map_err(|e| format!("receipt {}: {e}", path.display()))?;
-    parse_json(&format!("receipt {}", path.display()), &bytes)
+/// Why a receipt file could not be read (`receipt show`: a usage error).
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiptError {
+    #[error("receipt {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Parse(#[from] crate::model::ParseError),
+    #[error("receipt payload is not valid base64")]
+    Base64,
+}
+
+pub fn read_envelope(path: &Path) -> Result<Envelope, ReceiptError> {
+    let bytes = crate::os::safe_io::read_bounded(path, MAX_RECEIPT_BYTES).map_err(|source| {
+        ReceiptError::Read {
+            path: path.display().to_string(),
+            source,
+        }
+    })?;
+    Ok(parse_json(&format!("receipt {}", path.display()), &bytes)?)
 }
 
 /// Decode the statement without checking the signature (`receipt show`).
-pub fn decode_statement(env: &Envelope) -> Result<Statement, String> {
-    let payload = sign::b64_decode(&env.payload).ok_or("receipt payload is not valid base64")?;
-    parse_json("receipt statement", &payload)
+pub fn decode_statement(env: &Envelope) -> Result<Statement, ReceiptError> {
+    let payload = sign::b64_decode(&env.payload).ok_or(ReceiptError::Base64)?;
+    Ok(parse_json("receipt statement", &payload)?)
 }

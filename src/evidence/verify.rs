@@ -16,8 +16,8 @@ use crate::gate::identity;
 use crate::ledger::journal::Event;
 use crate::model::goal::{self, LoadedGoal, ResourceBounds};
 use crate::model::{
-    parse_json, units, CleanupState, Criterion, NetDecision, OutcomeClass, ReceiptBody, Statement,
-    DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, RECEIPT_SCHEMA, STATEMENT_TYPE,
+    parse_json, units, CleanupState, Criterion, NetDecision, OutcomeClass, ParseError, ReceiptBody,
+    Statement, DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, RECEIPT_SCHEMA, STATEMENT_TYPE,
 };
 
 #[derive(Debug, Serialize)]
@@ -58,6 +58,26 @@ pub const KEY_FIX: &str = "re-approve the lease with --fs-write-scope (Landlock 
 /// The fix for a cleanup witness the child could evade.
 pub const CLEANUP_FIX: &str = "re-approve the lease with --as-user UID or --fs-write-scope, so the child holds no capability to hide from cleanup";
 
+/// Why `verify` could not judge at all (a usage error, exit 2): the goal,
+/// the ledger flags, the trusted key, or a file that is no receipt.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error(transparent)]
+    Goal(#[from] crate::model::goal::GoalError),
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger::LedgerSpecError),
+    #[error(transparent)]
+    Trust(#[from] sign::KeyError),
+    #[error("receipt {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    NotAReceipt(ParseError),
+}
+
 /// Usage errors (unreadable goal, trust key or receipt file) are `Err`;
 /// everything about the receipt's content is a verdict.
 pub fn verify(
@@ -68,16 +88,19 @@ pub fn verify(
     allow_key_in_reach: bool,
     ledger: Option<&str>,
     nonce: Option<&str>,
-) -> Result<Verdict, String> {
+) -> Result<Verdict, VerifyError> {
     let goal = goal::load(goal_path)?;
     let cross_check = match (state_dir, ledger) {
         (None, None) => None,
         (s, l) => Some(crate::ledger::from_flags(l, s)?),
     };
-    let trust = sign::load_verifying_key(trust_path).map_err(|e| e.to_string())?;
+    let trust = sign::load_verifying_key(trust_path)?;
     let bytes =
         crate::os::safe_io::read_bounded(receipt_path, crate::evidence::receipt::MAX_RECEIPT_BYTES)
-            .map_err(|e| format!("receipt {}: {e}", receipt_path.display()))?;
+            .map_err(|source| VerifyError::Read {
+                path: receipt_path.display().to_string(),
+                source,
+            })?;
     // A file that is not a receipt at all (not JSON, not an envelope of the
     // closed shape, or a statement the trusted key signed that this version
     // cannot read) is bad input, exit 2, naming what is wrong; a receipt
@@ -97,7 +120,9 @@ pub fn verify(
             }
             v
         }
-        Err(Unauthentic::NotAnEnvelope(e) | Unauthentic::UnreadableStatement(e)) => return Err(e),
+        Err(Unauthentic::NotAnEnvelope(e) | Unauthentic::UnreadableStatement(e)) => {
+            return Err(VerifyError::NotAReceipt(e))
+        }
         Err(Unauthentic::Fails(why)) => not_verified(why),
     };
     v.key_in_reach_allowed = allow_key_in_reach;
@@ -182,9 +207,9 @@ pub fn judge_bytes(goal: &[u8], receipt: &[u8], trust: &ed25519_dalek::Verifying
 /// Why receipt bytes did not authenticate.
 enum Unauthentic {
     /// Not a DSSE envelope of the closed shape at all.
-    NotAnEnvelope(String),
+    NotAnEnvelope(ParseError),
     /// Signed by the trusted key, but not a statement this version reads.
-    UnreadableStatement(String),
+    UnreadableStatement(ParseError),
     /// An envelope that does not hold: another payload type, or no valid
     /// signature by the trusted key (the whole `authentic:` line).
     Fails(String),

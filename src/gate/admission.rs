@@ -617,8 +617,8 @@ fn portable_identity(
         .map_err(|e| fail(6, Reason::CwdDrift, e.to_string()))?;
     let cwd = identity::open_dir(&cwd_path)
         .map_err(|e| fail(6, Reason::CwdDrift, format!("cwd: {e}")))?;
-    let cwd_seen =
-        identity::dir_fd_inside(&cwd.file, ws).map_err(|e| fail(6, Reason::CwdDrift, e))?;
+    let cwd_seen = identity::dir_fd_inside(&cwd.file, ws)
+        .map_err(|e| fail(6, Reason::CwdDrift, e.to_string()))?;
     // Only inode, device and timestamps leave a portable identity: the
     // cwd's canonical place in the workspace stays in it, so an in-workspace
     // symlink cannot move the command into another directory.

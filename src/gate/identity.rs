@@ -602,18 +602,26 @@ pub fn resolve_cwd(workspace: &Path, rel: &str) -> Result<PathBuf, IdentityError
 /// Check on an opened directory fd that it lies inside `workspace`
 /// (canonical): the kernel's own path of the fd, not the path we opened.
 /// Returns that path.
-pub fn dir_fd_inside(dir: &File, workspace: &Path) -> Result<PathBuf, String> {
+pub fn dir_fd_inside(dir: &File, workspace: &Path) -> Result<PathBuf, CwdOutside> {
     let link = fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
-        .map_err(|e| format!("cannot read back the cwd descriptor's path: {e}"))?;
+        .map_err(CwdOutside::ReadBack)?;
     if link.starts_with(workspace) {
         Ok(link)
     } else {
-        Err(format!(
-            "cwd resolves to {}, outside the workspace {}",
-            link.display(),
-            workspace.display()
-        ))
+        Err(CwdOutside::Outside {
+            cwd: link.display().to_string(),
+            workspace: workspace.display().to_string(),
+        })
     }
+}
+
+/// The opened cwd is not (known to be) inside the workspace: `cwd_drift`.
+#[derive(Debug, thiserror::Error)]
+pub enum CwdOutside {
+    #[error("cannot read back the cwd descriptor's path: {0}")]
+    ReadBack(#[source] std::io::Error),
+    #[error("cwd resolves to {cwd}, outside the workspace {workspace}")]
+    Outside { cwd: String, workspace: String },
 }
 
 /// What a portable lease pins of an executable: its canonical path

@@ -46,22 +46,59 @@ pub fn signature_valid(lease: &Lease, trust: &VerifyingKey) -> bool {
 /// Size bound of a manifest file (thousands of leases).
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
 
-pub fn load_manifest(path: &Path) -> Result<Manifest, String> {
+/// Why a manifest could not be read (`invalid_input` in `run`).
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("manifest {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Parse(#[from] crate::model::ParseError),
+    #[error("manifest {path}: field `schema` is {found:?}, expected {MANIFEST_SCHEMA:?}")]
+    Schema { path: String, found: String },
+    #[error("manifest lock {path}: {source}")]
+    Lock {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("manifest lock {path}: {source}")]
+    LockWait {
+        path: String,
+        #[source]
+        source: nix::errno::Errno,
+    },
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+}
+
+impl ManifestError {
+    pub fn read(path: &Path, source: std::io::Error) -> ManifestError {
+        ManifestError::Read {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+pub fn load_manifest(path: &Path) -> Result<Manifest, ManifestError> {
     let bytes = crate::os::safe_io::read_bounded(path, MAX_MANIFEST_BYTES)
-        .map_err(|e| format!("manifest {}: {e}", path.display()))?;
+        .map_err(|e| ManifestError::read(path, e))?;
     parse_manifest(path, &bytes)
 }
 
 /// Parse a whole manifest read from `path`: every lease in its closed shape,
 /// the schema checked.
-pub fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest, String> {
+pub fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest, ManifestError> {
     let m: Manifest = parse_json(&format!("manifest {}", path.display()), bytes)?;
     if m.schema != MANIFEST_SCHEMA {
-        return Err(format!(
-            "manifest {}: field `schema` is {:?}, expected {MANIFEST_SCHEMA:?}",
-            path.display(),
-            m.schema
-        ));
+        return Err(ManifestError::Schema {
+            path: path.display().to_string(),
+            found: m.schema,
+        });
     }
     Ok(m)
 }
@@ -81,12 +118,19 @@ fn lock_path(path: &Path) -> PathBuf {
 pub fn update_manifest<T>(
     path: &Path,
     create: bool,
-    f: impl FnOnce(&mut Manifest) -> Result<T, String>,
-) -> Result<T, String> {
-    let lock_file = safe_io::open_lock_file(&lock_path(path))
-        .map_err(|e| format!("manifest lock {}: {e}", lock_path(path).display()))?;
-    let _lock = Flock::lock(lock_file, FlockArg::LockExclusive)
-        .map_err(|(_, e)| format!("manifest lock {}: {e}", path.display()))?;
+    f: impl FnOnce(&mut Manifest) -> T,
+) -> Result<T, ManifestError> {
+    let lock_file =
+        safe_io::open_lock_file(&lock_path(path)).map_err(|source| ManifestError::Lock {
+            path: lock_path(path).display().to_string(),
+            source,
+        })?;
+    let _lock = Flock::lock(lock_file, FlockArg::LockExclusive).map_err(|(_, source)| {
+        ManifestError::LockWait {
+            path: path.display().to_string(),
+            source,
+        }
+    })?;
     let mut manifest = match fs::metadata(path) {
         Ok(_) => load_manifest(path)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => Manifest {
@@ -96,13 +140,12 @@ pub fn update_manifest<T>(
             superseded: vec![],
             foreign: vec![],
         },
-        Err(e) => return Err(format!("manifest {}: {e}", path.display())),
+        Err(e) => return Err(ManifestError::read(path, e)),
     };
-    let out = f(&mut manifest)?;
-    let mut bytes = serde_json::to_vec_pretty(&manifest).map_err(|e| e.to_string())?;
+    let out = f(&mut manifest);
+    let mut bytes = serde_json::to_vec_pretty(&manifest)?;
     bytes.push(b'\n');
-    safe_io::replace_file(path, &bytes, 0o644)
-        .map_err(|e| format!("manifest {}: {e}", path.display()))?;
+    safe_io::replace_file(path, &bytes, 0o644).map_err(|e| ManifestError::read(path, e))?;
     Ok(out)
 }
 

@@ -115,8 +115,12 @@ impl PendingIndex {
 /// index when it is valid for the manifest as it is now (a manifest holding
 /// only the leases that could answer `selection`, and every revocation and
 /// supersession), else the whole manifest, parsed and checked in full.
-pub fn load_for(path: &Path, state_dir: &Path, selection: &Selection) -> Result<Loaded, String> {
-    let failed = |e: std::io::Error| format!("manifest {}: {e}", path.display());
+pub fn load_for(
+    path: &Path,
+    state_dir: &Path,
+    selection: &Selection,
+) -> Result<Loaded, lease::ManifestError> {
+    let failed = |e: std::io::Error| lease::ManifestError::read(path, e);
     let mut file = safe_io::open_input(path).map_err(failed)?;
     let before = file.metadata().map_err(failed)?;
     let at = before

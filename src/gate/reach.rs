@@ -288,6 +288,43 @@ impl ChildIds {
     }
 }
 
+/// Whether the covers of the child's mount namespace hold: only where the
+/// child cannot look at the host's mount namespace through `/proc/<pid>/root`
+/// of a host process it may ptrace (one of its own uid) — with the Landlock
+/// guard (no ptrace out of its domain) or a fresh `/proc` of its PID
+/// namespace. An `--as-user` child has neither unless the lease asks for
+/// `--pid-namespace`.
+pub fn covers_hold(guard: bool, fresh_proc: bool) -> bool {
+    guard || fresh_proc
+}
+
+/// Whether a daemon socket is in the child's reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketReach {
+    /// `/dev/null` is bound over it in the child's mount namespace, and the
+    /// cover holds ([`covers_hold`]).
+    Covered,
+    /// No cover (or none that holds): its modes deny the child `connect(2)`.
+    Denied,
+    /// No cover, and its modes let the child connect.
+    Reachable,
+}
+
+/// The one rule for a daemon socket, applied by `run` (through
+/// `process::isolation`), `approve` (its prediction) and `doctor`: a cover
+/// that holds keeps it out; otherwise the socket's modes decide (write
+/// permission is what `connect(2)` on a path socket checks). `covered` is
+/// whether a cover is made over every path of it *and* holds.
+pub fn socket_reach(ids: &ChildIds, covered: bool, meta: &std::fs::Metadata) -> SocketReach {
+    if covered {
+        SocketReach::Covered
+    } else if ids.may(meta, 2) {
+        SocketReach::Reachable
+    } else {
+        SocketReach::Denied
+    }
+}
+
 /// How a path's mode and owner read in a reach entry.
 pub fn mode_text(meta: &std::fs::Metadata) -> String {
     format!(

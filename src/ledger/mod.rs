@@ -52,6 +52,26 @@ pub enum LedgerError {
 /// One Goal's chain: a label, and its records or what breaks it.
 pub type Chain = (String, Result<Vec<Entry>, String>);
 
+/// Why a `--ledger` (or a lease's `ledger`) names no ledger this binary
+/// can use: `invalid_input` in `run`, a usage error elsewhere.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerSpecError {
+    #[error(transparent)]
+    Address(#[from] pg::AddressError),
+    #[error("--ledger: empty path")]
+    EmptyPath,
+    #[error("--ledger {0:?}: a ledger is a directory or postgres://HOST[:PORT]/DB")]
+    Unknown(String),
+    #[error("--ledger {path}: {source}")]
+    Path {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--ledger: {0}")]
+    Journal(#[source] crate::ledger::journal::JournalError),
+}
+
 /// Where a ledger lives, as `--ledger` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LedgerSpec {
@@ -63,17 +83,15 @@ impl LedgerSpec {
     /// Parse `--ledger PATH|postgres://HOST[:PORT]/DB`. A PostgreSQL address
     /// carries no credentials and no options: those come from the libpq
     /// environment only.
-    pub fn parse(s: &str) -> Result<LedgerSpec, String> {
+    pub fn parse(s: &str) -> Result<LedgerSpec, LedgerSpecError> {
         if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            return pg::PgTarget::parse(s).map(LedgerSpec::Postgres);
+            return Ok(LedgerSpec::Postgres(pg::PgTarget::parse(s)?));
         }
         if s.is_empty() || s.contains('\0') {
-            return Err("--ledger: empty path".into());
+            return Err(LedgerSpecError::EmptyPath);
         }
         if s.contains("://") {
-            return Err(format!(
-                "--ledger {s:?}: a ledger is a directory or postgres://HOST[:PORT]/DB"
-            ));
+            return Err(LedgerSpecError::Unknown(s.to_string()));
         }
         Ok(LedgerSpec::Path(PathBuf::from(s)))
     }
@@ -81,12 +99,15 @@ impl LedgerSpec {
     /// The string `for_lease` would record, creating nothing: an existing
     /// directory canonical, a missing one made absolute (what `approve
     /// --file --check` compares; it writes nothing).
-    pub fn lease_name(&self) -> Result<String, String> {
+    pub fn lease_name(&self) -> Result<String, LedgerSpecError> {
         match self {
             LedgerSpec::Path(p) => std::fs::canonicalize(p)
                 .or_else(|_| std::path::absolute(p))
                 .map(|c| c.display().to_string())
-                .map_err(|e| format!("--ledger {}: {e}", p.display())),
+                .map_err(|source| LedgerSpecError::Path {
+                    path: p.display().to_string(),
+                    source,
+                }),
             LedgerSpec::Postgres(t) => Ok(t.to_string()),
         }
     }
@@ -94,14 +115,17 @@ impl LedgerSpec {
     /// The string a lease records: an absolute directory (created here if
     /// missing, with its `journal/`, which `run` requires) or the
     /// normalised PostgreSQL address.
-    pub fn for_lease(&self) -> Result<String, String> {
+    pub fn for_lease(&self) -> Result<String, LedgerSpecError> {
         match self {
             LedgerSpec::Path(p) => {
                 crate::ledger::journal::ensure_dir(&p.join("journal"))
-                    .map_err(|e| format!("--ledger: {e}"))?;
+                    .map_err(LedgerSpecError::Journal)?;
                 std::fs::canonicalize(p)
                     .map(|c| c.display().to_string())
-                    .map_err(|e| format!("--ledger {}: {e}", p.display()))
+                    .map_err(|source| LedgerSpecError::Path {
+                        path: p.display().to_string(),
+                        source,
+                    })
             }
             LedgerSpec::Postgres(t) => Ok(t.to_string()),
         }
@@ -120,7 +144,7 @@ impl LedgerSpec {
 pub fn from_flags(
     ledger: Option<&str>,
     state_dir: Option<&Path>,
-) -> Result<Box<dyn Ledger>, String> {
+) -> Result<Box<dyn Ledger>, LedgerSpecError> {
     match ledger {
         Some(l) => Ok(LedgerSpec::parse(l)?.open()),
         None => Ok(Box::new(LocalLedger::state_dir(
@@ -132,7 +156,10 @@ pub fn from_flags(
 }
 
 /// The ledger of a lease: the one it names, else the runner's state dir.
-pub fn for_lease(named: Option<&str>, state_dir: &Path) -> Result<Box<dyn Ledger>, String> {
+pub fn for_lease(
+    named: Option<&str>,
+    state_dir: &Path,
+) -> Result<Box<dyn Ledger>, LedgerSpecError> {
     match named {
         Some(l) => Ok(LedgerSpec::parse(l)?.open()),
         None => Ok(Box::new(LocalLedger::state_dir(state_dir))),

@@ -68,6 +68,21 @@ CREATE TABLE IF NOT EXISTS governed_exec_uses (
 /// Serialises schema creation between runners that start at once.
 const SCHEMA_LOCK: (i32, i32) = (0x6765_7865, 1);
 
+/// A `--ledger postgres://…` address that is not `postgres://HOST[:PORT]/DB`.
+#[derive(Debug, thiserror::Error)]
+pub enum AddressError {
+    #[error("--ledger: expected postgres://HOST[:PORT]/DB")]
+    Shape,
+    #[error("--ledger: expected postgres://HOST[:PORT]/DB; a user, password or option has no place in a ledger address: credentials and TLS settings come from the libpq environment (PGUSER, PGPASSWORD, PGPASSFILE, PGSERVICEFILE, PGSSLMODE, PGSSLROOTCERT)")]
+    Credentials,
+    #[error("--ledger: database name {0:?}: expected postgres://HOST[:PORT]/DB")]
+    Database(String),
+    #[error("--ledger: host {0:?}: expected postgres://HOST[:PORT]/DB")]
+    Host(String),
+    #[error("--ledger: port {0:?}: expected postgres://HOST[:PORT]/DB")]
+    Port(String),
+}
+
 /// `postgres://HOST[:PORT]/DB`, nothing else.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PgTarget {
@@ -77,33 +92,24 @@ pub struct PgTarget {
 }
 
 impl PgTarget {
-    pub fn parse(s: &str) -> Result<PgTarget, String> {
-        let shape = "expected postgres://HOST[:PORT]/DB";
+    pub fn parse(s: &str) -> Result<PgTarget, AddressError> {
         let rest = s
             .strip_prefix("postgres://")
             .or_else(|| s.strip_prefix("postgresql://"))
-            .ok_or_else(|| format!("--ledger: {shape}"))?;
+            .ok_or(AddressError::Shape)?;
         if rest.contains('@') || rest.contains('?') || rest.contains('#') {
-            return Err(format!(
-                "--ledger: {shape}; a user, password or option has no place in a ledger address: \
-                 credentials and TLS settings come from the libpq environment (PGUSER, PGPASSWORD, \
-                 PGPASSFILE, PGSERVICEFILE, PGSSLMODE, PGSSLROOTCERT)"
-            ));
+            return Err(AddressError::Credentials);
         }
-        let (hostport, db) = rest
-            .split_once('/')
-            .ok_or_else(|| format!("--ledger: {shape}"))?;
+        let (hostport, db) = rest.split_once('/').ok_or(AddressError::Shape)?;
         let valid_db = !db.is_empty()
             && db
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
         if !valid_db {
-            return Err(format!("--ledger: database name {db:?}: {shape}"));
+            return Err(AddressError::Database(db.to_string()));
         }
         let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-            let (h, after) = v6
-                .split_once(']')
-                .ok_or_else(|| format!("--ledger: {shape}"))?;
+            let (h, after) = v6.split_once(']').ok_or(AddressError::Shape)?;
             (h.to_string(), after.strip_prefix(':'))
         } else {
             match hostport.split_once(':') {
@@ -116,13 +122,11 @@ impl PgTarget {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-.:_".contains(&b));
         if !valid_host {
-            return Err(format!("--ledger: host {host:?}: {shape}"));
+            return Err(AddressError::Host(host));
         }
         let port = match port {
             None => 5432,
-            Some(p) => p
-                .parse()
-                .map_err(|_| format!("--ledger: port {p:?}: {shape}"))?,
+            Some(p) => p.parse().map_err(|_| AddressError::Port(p.to_string()))?,
         };
         Ok(PgTarget {
             host,
@@ -763,7 +767,35 @@ fn os_user() -> String {
 /// without checking the server's certificate (unless a root certificate
 /// file exists, when `require` checks the chain like `verify-ca`);
 /// `verify-ca` checks the chain; `verify-full` the chain and the host name.
-fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+/// Why no TLS configuration could be made for the ledger's connection
+/// (`ledger_unavailable`, through `LedgerError::Unavailable`).
+#[derive(Debug, thiserror::Error)]
+enum TlsError {
+    #[error("PGSSLMODE={0} needs a root certificate: set PGSSLROOTCERT or create ~/.postgresql/root.crt")]
+    NoRoot(String),
+    #[error("root certificates {path}: {source}")]
+    Pem {
+        path: String,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("root certificates {path}: {source}")]
+    Roots {
+        path: String,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("root certificates {path}: {source}")]
+    Verifier {
+        path: String,
+        #[source]
+        source: rustls::server::VerifierBuilderError,
+    },
+    #[error(transparent)]
+    Protocol(#[from] rustls::Error),
+}
+
+fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let default_root = home().map(|h| h.join(".postgresql/root.crt"));
     let root_file = rootcert
@@ -776,22 +808,28 @@ fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfi
         _ => false,
     };
     let inner = if verifying {
-        let file = root_file.ok_or_else(|| {
-            format!("PGSSLMODE={mode} needs a root certificate: set PGSSLROOTCERT or create ~/.postgresql/root.crt")
-        })?;
+        let file = root_file.ok_or_else(|| TlsError::NoRoot(mode.to_string()))?;
+        let path = || file.display().to_string();
+        let pem = |source| TlsError::Pem {
+            path: path(),
+            source,
+        };
         let mut roots = rustls::RootCertStore::empty();
-        let certs = CertificateDer::pem_file_iter(&file)
-            .map_err(|e| format!("root certificates {}: {e}", file.display()))?;
-        for c in certs {
-            let c = c.map_err(|e| format!("root certificates {}: {e}", file.display()))?;
+        for c in CertificateDer::pem_file_iter(&file).map_err(pem)? {
             roots
-                .add(c)
-                .map_err(|e| format!("root certificates {}: {e}", file.display()))?;
+                .add(c.map_err(pem)?)
+                .map_err(|source| TlsError::Roots {
+                    path: path(),
+                    source,
+                })?;
         }
         Some(
             WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                 .build()
-                .map_err(|e| format!("root certificates {}: {e}", file.display()))?,
+                .map_err(|source| TlsError::Verifier {
+                    path: path(),
+                    source,
+                })?,
         )
     } else {
         None
@@ -802,8 +840,7 @@ fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfi
         provider: provider.clone(),
     });
     Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth())

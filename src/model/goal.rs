@@ -4,7 +4,62 @@
 use std::path::{Component, Path};
 
 use crate::evidence::sign::sha256_hex;
-use crate::model::{parse_json, units, Criterion, Goal, GoalRef, GOAL_SCHEMA};
+use crate::model::units::UnitError;
+use crate::model::{parse_json, units, Criterion, Goal, GoalRef, ParseError, GOAL_SCHEMA};
+
+/// Why a goal file was refused (`invalid_input` wherever a run or `verify`
+/// meets it). `what` names the source, as in every message.
+#[derive(Debug, thiserror::Error)]
+pub enum GoalError {
+    #[error("goal {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    #[error("{what}: field `schema` is {found:?}, expected {GOAL_SCHEMA:?}")]
+    Schema { what: String, found: String },
+    #[error("{what}: field `id` is empty")]
+    EmptyId { what: String },
+    #[error("{what}: field `criteria` is empty: a goal needs at least one mandatory criterion")]
+    NoCriteria { what: String },
+    #[error("{what}: resources criterion: {source}")]
+    Resources {
+        what: String,
+        #[source]
+        source: BoundsError,
+    },
+    #[error("{what}: a network criterion needs `max_denied`, `only` or both")]
+    NetworkCriterion { what: String },
+    #[error(
+        "{what}: file criterion path {path:?} must be relative to the workspace, without `..`"
+    )]
+    FilePath { what: String, path: String },
+    #[error("{what}: file criterion {path:?} says `exists: false` and also constrains content")]
+    FileContradiction { what: String, path: String },
+    #[error("{what}: file criterion {path:?} needs `exists`, `contains` or `sha256`")]
+    FileUnconstrained { what: String, path: String },
+    #[error("{what}: file criterion {path:?}: `sha256` is not 64 hex digits")]
+    FileDigest { what: String, path: String },
+}
+
+/// Why the bounds of a `resources` criterion (or `approve`'s flags for
+/// them) were refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BoundsError {
+    #[error("`{field}`: {source}")]
+    Field {
+        field: &'static str,
+        #[source]
+        source: UnitError,
+    },
+    #[error(
+        "needs at least one of `peak_memory_at_most`, `cpu_time_at_most`, `wall_time_at_most`"
+    )]
+    Empty,
+}
 
 /// The bounds of a `resources` criterion, parsed (bytes, milliseconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,18 +76,23 @@ impl ResourceBounds {
         memory: Option<&str>,
         cpu: Option<&str>,
         wall: Option<&str>,
-    ) -> Result<ResourceBounds, String> {
-        let ms = |field: &str, s: Option<&str>| {
+    ) -> Result<ResourceBounds, BoundsError> {
+        let ms = |field: &'static str, s: Option<&str>| {
             s.map(|s| {
                 units::parse_duration(s)
                     .map(|d| d.as_millis() as u64)
-                    .map_err(|e| format!("`{field}`: {e}"))
+                    .map_err(|source| BoundsError::Field { field, source })
             })
             .transpose()
         };
         let bounds = ResourceBounds {
             peak_memory_bytes: memory
-                .map(|s| units::parse_size(s).map_err(|e| format!("`peak_memory_at_most`: {e}")))
+                .map(|s| {
+                    units::parse_size(s).map_err(|source| BoundsError::Field {
+                        field: "peak_memory_at_most",
+                        source,
+                    })
+                })
                 .transpose()?,
             cpu_time_ms: ms("cpu_time_at_most", cpu)?,
             wall_time_ms: ms("wall_time_at_most", wall)?,
@@ -41,7 +101,7 @@ impl ResourceBounds {
             && bounds.cpu_time_ms.is_none()
             && bounds.wall_time_ms.is_none()
         {
-            return Err("needs at least one of `peak_memory_at_most`, `cpu_time_at_most`, `wall_time_at_most`".into());
+            return Err(BoundsError::Empty);
         }
         Ok(bounds)
     }
@@ -78,28 +138,31 @@ impl LoadedGoal {
 /// Size bound of a goal file.
 pub const MAX_GOAL_BYTES: u64 = 1024 * 1024;
 
-pub fn load(path: &Path) -> Result<LoadedGoal, String> {
-    let bytes = crate::os::safe_io::read_bounded(path, MAX_GOAL_BYTES)
-        .map_err(|e| format!("goal {}: {e}", path.display()))?;
+pub fn load(path: &Path) -> Result<LoadedGoal, GoalError> {
+    let bytes = crate::os::safe_io::read_bounded(path, MAX_GOAL_BYTES).map_err(|source| {
+        GoalError::Read {
+            path: path.display().to_string(),
+            source,
+        }
+    })?;
     from_bytes(&format!("goal {}", path.display()), &bytes)
 }
 
 /// Parse and check goal bytes; `what` names the source in errors.
-pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, String> {
+pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, GoalError> {
     let goal: Goal = parse_json(what, bytes)?;
+    let what = what.to_string();
     if goal.schema != GOAL_SCHEMA {
-        return Err(format!(
-            "{what}: field `schema` is {:?}, expected {GOAL_SCHEMA:?}",
-            goal.schema
-        ));
+        return Err(GoalError::Schema {
+            what,
+            found: goal.schema,
+        });
     }
     if goal.id.is_empty() {
-        return Err(format!("{what}: field `id` is empty"));
+        return Err(GoalError::EmptyId { what });
     }
     if goal.criteria.is_empty() {
-        return Err(format!(
-            "{what}: field `criteria` is empty: a goal needs at least one mandatory criterion"
-        ));
+        return Err(GoalError::NoCriteria { what });
     }
     for c in &goal.criteria {
         if let Criterion::Resources {
@@ -113,16 +176,17 @@ pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, String> {
                 cpu_time_at_most.as_deref(),
                 wall_time_at_most.as_deref(),
             )
-            .map_err(|e| format!("{what}: resources criterion: {e}"))?;
+            .map_err(|source| GoalError::Resources {
+                what: what.clone(),
+                source,
+            })?;
         }
         if let Criterion::Network {
             max_denied: None,
             only: None,
         } = c
         {
-            return Err(format!(
-                "{what}: a network criterion needs `max_denied`, `only` or both"
-            ));
+            return Err(GoalError::NetworkCriterion { what });
         }
         if let Criterion::File {
             path: p,
@@ -136,26 +200,19 @@ pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, String> {
                 || rel
                     .components()
                     .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+            let path = p.clone();
             if bad {
-                return Err(format!(
-                    "{what}: file criterion path {p:?} must be relative to the workspace, without `..`"
-                ));
+                return Err(GoalError::FilePath { what, path });
             }
             if exists == &Some(false) && (contains.is_some() || sha256.is_some()) {
-                return Err(format!(
-                    "{what}: file criterion {p:?} says `exists: false` and also constrains content"
-                ));
+                return Err(GoalError::FileContradiction { what, path });
             }
             if exists.is_none() && contains.is_none() && sha256.is_none() {
-                return Err(format!(
-                    "{what}: file criterion {p:?} needs `exists`, `contains` or `sha256`"
-                ));
+                return Err(GoalError::FileUnconstrained { what, path });
             }
             if let Some(h) = sha256 {
                 if h.len() != 64 || !h.chars().all(|c| c.is_ascii_hexdigit()) {
-                    return Err(format!(
-                        "{what}: file criterion {p:?}: `sha256` is not 64 hex digits"
-                    ));
+                    return Err(GoalError::FileDigest { what, path });
                 }
             }
         }
@@ -170,7 +227,7 @@ pub fn from_bytes(what: &str, bytes: &[u8]) -> Result<LoadedGoal, String> {
 mod tests {
     use super::*;
 
-    fn goal_with(criterion: &str) -> Result<LoadedGoal, String> {
+    fn goal_with(criterion: &str) -> Result<LoadedGoal, GoalError> {
         let text = format!(
             r#"{{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{criterion}]}}"#
         );
@@ -185,7 +242,8 @@ mod tests {
             let c = format!(r#"{{"kind":"file","path":{p:?},"exists":true}}"#);
             let e = goal_with(&c)
                 .err()
-                .unwrap_or_else(|| panic!("{p:?} was accepted"));
+                .unwrap_or_else(|| panic!("{p:?} was accepted"))
+                .to_string();
             assert!(e.contains("relative to the workspace"), "{p:?}: {e}");
         }
         for p in ["out/a.txt", "./x", "a/./b"] {
@@ -197,11 +255,17 @@ mod tests {
     #[test]
     fn file_criteria_say_something_consistent() {
         let none = goal_with(r#"{"kind":"file","path":"x"}"#);
-        assert!(none.err().is_some_and(|e| e.contains("needs `exists`")));
+        assert!(none
+            .err()
+            .is_some_and(|e| e.to_string().contains("needs `exists`")));
         let both = goal_with(r#"{"kind":"file","path":"x","exists":false,"contains":"a"}"#);
-        assert!(both.err().is_some_and(|e| e.contains("exists: false")));
+        assert!(both
+            .err()
+            .is_some_and(|e| e.to_string().contains("exists: false")));
         let short = goal_with(r#"{"kind":"file","path":"x","sha256":"abc"}"#);
-        assert!(short.err().is_some_and(|e| e.contains("64 hex digits")));
+        assert!(short
+            .err()
+            .is_some_and(|e| e.to_string().contains("64 hex digits")));
         let hex = "a".repeat(64);
         assert!(goal_with(&format!(r#"{{"kind":"file","path":"x","sha256":"{hex}"}}"#)).is_ok());
     }
@@ -219,7 +283,10 @@ mod tests {
                 "`criteria` is empty",
             ),
         ] {
-            let e = from_bytes("g", bad.as_bytes()).err().unwrap_or_default();
+            let e = from_bytes("g", bad.as_bytes())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(e.contains(why), "{why}: {e}");
         }
     }

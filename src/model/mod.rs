@@ -294,17 +294,28 @@ impl UserSpec {
     /// `(uid_t)-1` is no uid: `setresuid(-1, -1, -1)` changes nothing, so
     /// a child "switched" to 4294967295 would keep the runner's uid (0)
     /// while the summary and receipt named 4294967295.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), NoSuchId> {
         for (what, id) in [("uid", self.uid), ("gid", self.gid)] {
             if id == u32::MAX {
-                return Err(format!(
-                    "--as-user {}:{}: {what} 4294967295 is (uid_t)-1, which the kernel reads as \"leave unchanged\"; name a real {what}",
-                    self.uid, self.gid
-                ));
+                return Err(NoSuchId {
+                    flag: "--as-user",
+                    user: *self,
+                    what,
+                });
             }
         }
         Ok(())
     }
+}
+
+/// A uid or gid of `(uid_t)-1`, which names no one; `flag` is the flag
+/// that gave it.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} {}:{}: {what} 4294967295 is (uid_t)-1, which the kernel reads as \"leave unchanged\"; name a real {what}", user.uid, user.gid)]
+pub struct NoSuchId {
+    pub flag: &'static str,
+    pub user: UserSpec,
+    pub what: &'static str,
 }
 
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -1355,8 +1366,31 @@ pub struct Envelope {
 
 /// Parse a closed JSON shape, turning serde's message into one that names
 /// the file and the offending field.
-pub fn parse_json<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, String> {
-    serde_json::from_slice(bytes).map_err(|e| format!("{what}: {e}"))
+pub fn parse_json<T: serde::de::DeserializeOwned>(
+    what: &str,
+    bytes: &[u8],
+) -> Result<T, ParseError> {
+    serde_json::from_slice(bytes).map_err(|source| ParseError {
+        what: what.to_string(),
+        source,
+    })
+}
+
+/// A file that is not the closed JSON shape it should be; `what` names it.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+pub struct ParseError {
+    pub what: String,
+    #[source]
+    pub source: serde_json::Error,
+}
+
+/// For the callers that still report a plain message (the operator
+/// commands, which print it and exit with the usage code).
+impl From<ParseError> for String {
+    fn from(e: ParseError) -> String {
+        e.to_string()
+    }
 }
 
 #[cfg(test)]

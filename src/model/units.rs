@@ -8,13 +8,29 @@ pub const KIB: u64 = 1024;
 pub const MIB: u64 = 1024 * KIB;
 pub const GIB: u64 = 1024 * MIB;
 
+/// A duration or size that does not read as one.
+#[derive(Debug, thiserror::Error)]
+pub enum UnitError {
+    #[error("invalid duration {text:?}: {source}")]
+    Duration {
+        text: String,
+        #[source]
+        source: humantime::DurationError,
+    },
+    #[error("invalid size {0:?}: expected bytes with an optional KiB/MiB/GiB suffix")]
+    Size(String),
+}
+
 /// `1500ms`, `30s`, `10m`, `2h` (humantime).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
+pub fn parse_duration(s: &str) -> Result<Duration, UnitError> {
+    humantime::parse_duration(s).map_err(|source| UnitError::Duration {
+        text: s.to_string(),
+        source,
+    })
 }
 
 /// Bytes with an optional `KiB`/`MiB`/`GiB` suffix.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, UnitError> {
     let t = s.trim();
     let (num, mult) = [("GiB", GIB), ("MiB", MIB), ("KiB", KIB), ("B", 1)]
         .iter()
@@ -23,9 +39,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     num.parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| {
-            format!("invalid size {s:?}: expected bytes with an optional KiB/MiB/GiB suffix")
-        })
+        .ok_or_else(|| UnitError::Size(s.to_string()))
 }
 
 pub fn format_size(n: u64) -> String {

@@ -39,19 +39,33 @@ pub fn describe(policy: &EnvPolicy) -> String {
     )
 }
 
+/// A `--env` that is not `KEY=VALUE` with a valid name and value.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error("--env {0:?}: expected KEY=VALUE")]
+    NoAssignment(String),
+    #[error("--env {text:?}: invalid variable name {key:?}")]
+    Name { text: String, key: String },
+    #[error("--env {0}: value contains a NUL byte")]
+    Nul(String),
+}
+
 /// Validate one `--env KEY=VALUE`.
-pub fn parse_assignment(s: &str) -> Result<(String, String), String> {
+pub fn parse_assignment(s: &str) -> Result<(String, String), EnvError> {
     let (k, v) = s
         .split_once('=')
-        .ok_or_else(|| format!("--env {s:?}: expected KEY=VALUE"))?;
+        .ok_or_else(|| EnvError::NoAssignment(s.to_string()))?;
     let valid_key = !k.is_empty()
         && !k.starts_with(|c: char| c.is_ascii_digit())
         && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !valid_key {
-        return Err(format!("--env {s:?}: invalid variable name {k:?}"));
+        return Err(EnvError::Name {
+            text: s.to_string(),
+            key: k.to_string(),
+        });
     }
     if v.contains('\0') {
-        return Err(format!("--env {k}: value contains a NUL byte"));
+        return Err(EnvError::Nul(k.to_string()));
     }
     Ok((k.to_string(), v.to_string()))
 }

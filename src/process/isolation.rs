@@ -37,17 +37,32 @@ pub struct Prepared {
     pub root_caps_keep: Option<u64>,
     /// Whether the mount namespace covers every path of the runner key:
     /// `Ok(how)` or `Err(why not)`; `None` without a mount namespace.
-    pub key_covered: Option<Result<String, String>>,
+    pub key_covered: Option<Cover>,
     /// A non-root runner under isolation: the Landlock ruleset that denies
     /// the child its key and state dir.
     pub landlock_guard_fd: Option<OwnedFd>,
     /// The rights the guard handles (bits), for the child's fresh mounts.
     pub landlock_guard_access: u64,
     /// Whether that ruleset covers every path of the key (as `key_covered`).
-    pub key_landlocked: Option<Result<String, String>>,
+    pub key_landlocked: Option<Cover>,
     /// `--allow-net`: the egress proxy (CONTRACT §8), listening in the
     /// child's network namespace, dialling from the runner's.
     pub proxy: Option<Proxy>,
+}
+
+/// Whether a mechanism keeps every path of the runner key from the child:
+/// how it does, or why it does not. Words for the receipt's signing report
+/// (`run::classify`), not an error: a cover that fails is stated there.
+#[derive(Debug, Clone)]
+pub enum Cover {
+    Holds(String),
+    Fails(String),
+}
+
+impl Cover {
+    pub fn holds(&self) -> bool {
+        matches!(self, Cover::Holds(_))
+    }
 }
 
 /// What the runner must keep from the child: its key and its state dir, and
@@ -222,7 +237,7 @@ pub fn enter_namespaces(
     no_network: bool,
     allow_net: &[String],
     pid_namespace: bool,
-) -> Result<Namespaces, String> {
+) -> Result<Namespaces, Unavailable> {
     let mut out = Namespaces {
         net: None,
         pid: None,
@@ -307,8 +322,20 @@ pub fn enter_namespaces(
     Ok(out)
 }
 
-fn unavailable(what: &str, why: impl std::fmt::Display) -> String {
-    format!("{what} cannot be enforced here: {why}")
+/// An isolation option of the lease that cannot be enforced on this
+/// machine: always `isolation_unavailable`. `why` is every cause found.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} cannot be enforced here: {why}")]
+pub struct Unavailable {
+    pub what: String,
+    pub why: String,
+}
+
+fn unavailable(what: &str, why: impl std::fmt::Display) -> Unavailable {
+    Unavailable {
+        what: what.to_string(),
+        why: why.to_string(),
+    }
 }
 
 /// Check and set up everything the lease asks for; `writable` are the
@@ -317,50 +344,12 @@ pub fn prepare(
     req: &IsolationRequest,
     writable: &[PathBuf],
     protect: &Protect<'_>,
-) -> Result<Prepared, String> {
+) -> Result<Prepared, Unavailable> {
     const CAP_SYS_ADMIN: u32 = 21;
     let euid = geteuid().as_raw();
-    let creds = match req.as_user {
-        Some(u) if euid != 0 => {
-            return Err(unavailable(
-                &format!("--as-user {}:{}", u.uid, u.gid),
-                format!("governed-exec runs as uid {euid}; switching uid needs root"),
-            ))
-        }
-        Some(u) => {
-            // A lease signed before approve refused (uid_t)-1 still names it.
-            u.check()
-                .map_err(|e| unavailable(&format!("--as-user {}:{}", u.uid, u.gid), e))?;
-            Some(ChildCreds {
-                uid: u.uid,
-                gid: u.gid,
-            })
-        }
-        None => None,
-    };
+    let creds = child_creds(req, euid)?;
     let (child_uid, child_gid) = creds.map_or((euid, getegid().as_raw()), |c| (c.uid, c.gid));
-
-    let mut landlock_abi = None;
-    let mut landlock_writable = Vec::new();
-    let landlock_fd = match &req.fs_write {
-        None => None,
-        Some(extra) => {
-            let abi = sys::landlock_abi_version()
-                .ok_or_else(|| unavailable("--fs-write", "the kernel offers no Landlock"))?;
-            let mut paths: Vec<PathBuf> = writable.to_vec();
-            paths.extend(extra.iter().map(PathBuf::from));
-            paths.push(PathBuf::from("/dev/null"));
-            let readable: Option<Vec<PathBuf>> = req
-                .fs_read
-                .as_ref()
-                .map(|r| r.iter().map(PathBuf::from).collect());
-            let fd = build_ruleset(abi, &paths, readable.as_deref())
-                .map_err(|e| unavailable("--fs-write/--fs-read", e))?;
-            landlock_abi = Some(abi);
-            landlock_writable = paths.iter().map(|p| p.display().to_string()).collect();
-            Some(fd)
-        }
-    };
+    let scope = write_scope(req, writable)?;
     // Whether this runner can give a child a mount namespace at all: a root
     // runner without CAP_SYS_ADMIN (Docker's defaults) cannot. Read before
     // `enter_namespaces`, whose user namespace would grant it there.
@@ -394,73 +383,24 @@ pub fn prepare(
             "dropping the capabilities that would undo it from the bounding set needs CAP_SETPCAP, which governed-exec does not hold (use --as-user)",
         ));
     }
-    // The mount namespace needs CAP_SYS_ADMIN (a container without it still
-    // runs --as-user and --fs-write children; their receipts then say the
-    // key was covered by nothing but file modes).
     let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
-        if can_mount {
-            let (plan, covered) = mount_plan(req, writable, protect, &sockets, &mount_table)
-                .map_err(|e| unavailable("isolation for a root child", e))?;
-            sys::probe_mounts(&plan).map_err(|e| {
-                unavailable(
-                    "isolation for a root child",
-                    format!("setting up the child's mount namespace failed here: {e}"),
-                )
-            })?;
-            (Some(plan), Some(covered))
-        } else {
-            (
-                None,
-                Some(Err(
-                    "governed-exec lacks CAP_SYS_ADMIN to give the child a mount namespace that covers the key".to_string(),
-                )),
-            )
-        }
+        mount_namespace(req, writable, protect, (&sockets, &mount_table), can_mount)?
     } else {
         (None, None)
     };
     let root_caps_keep = (root_child && creds.is_none()).then(reach::root_keep_mask);
-    // A non-root runner under isolation: a child of its own uid is kept from
-    // the key and the state dir by Landlock (which also forbids it to ptrace
-    // the runner, outside its domain).
-    //
-    // A uid-0 child under isolation gets the same guard on top of its mount
-    // namespace: without it, root may rename a directory above the covered
-    // state dir or key (a cover moves with its mountpoint's parent) and
-    // plant its own in their place, and may make a user namespace of its
-    // own in which it mounts cgroupfs and raises its pids.max. A Landlock
-    // domain forbids both: the guard leaves the directories above the key
-    // and the state dir read-only, and no landlocked process may mount.
     let (landlock_guard_fd, landlock_guard_access, key_landlocked) =
         if (euid != 0 || root_child) && any_isolation(req) {
-            match sys::landlock_abi_version() {
-                None => (
-                    None,
-                    0,
-                    Some(Err(
-                        "the kernel offers no Landlock to deny the child the key".to_string(),
-                    )),
-                ),
-                Some(abi) => match guard_ruleset(
-                    abi,
-                    writable,
-                    protect,
-                    root_child,
-                    ns.net == Some(NetMechanism::Seccomp),
-                    &mount_table,
-                ) {
-                    Ok((fd, how)) => (
-                        Some(fd),
-                        AccessFs::from_all(ABI::from(abi as i32)).bits(),
-                        Some(Ok(how)),
-                    ),
-                    Err(why) => (None, 0, Some(Err(why))),
-                },
-            }
+            guard(
+                writable,
+                protect,
+                root_child,
+                ns.net == Some(NetMechanism::Seccomp),
+                &mount_table,
+            )
         } else {
             (None, 0, None)
         };
-
     let ids = match creds {
         Some(c) => reach::ChildIds::switched(c.uid, c.gid),
         None => reach::ChildIds::runners_own(),
@@ -476,7 +416,167 @@ pub fn prepare(
         guard: guarded.then(|| sys::landlock_abi_version().unwrap_or(0)),
         pid_namespace: req.pid_namespace,
     });
-    let report = IsolationReport {
+    let report = isolation_report(
+        req,
+        &ns,
+        (creds, root_caps_keep),
+        (child_uid, child_gid),
+        mounts.as_ref(),
+        &scope,
+        reach,
+    );
+    Ok(Prepared {
+        creds,
+        landlock_fd: scope.fd,
+        seccomp: ns.seccomp,
+        report,
+        mounts,
+        root_caps_keep,
+        key_covered,
+        landlock_guard_access,
+        landlock_guard_fd,
+        key_landlocked,
+        proxy: ns.proxy,
+    })
+}
+
+/// The child's mount plan, and whether it covers every path of the key.
+type MountNamespace = (Option<MountPlan>, Option<Cover>);
+
+/// A root runner's mount namespace for a child under isolation, probed
+/// here. It needs CAP_SYS_ADMIN (a container without it still runs
+/// --as-user and --fs-write children; their receipts then say the key was
+/// covered by nothing but file modes).
+fn mount_namespace(
+    req: &IsolationRequest,
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+    (sockets, mount_table): (&[(PathBuf, String)], &[reach::Mount]),
+    can_mount: bool,
+) -> Result<MountNamespace, Unavailable> {
+    if !can_mount {
+        return Ok((
+            None,
+            Some(Cover::Fails(
+                "governed-exec lacks CAP_SYS_ADMIN to give the child a mount namespace that covers the key".to_string(),
+            )),
+        ));
+    }
+    let (plan, covered) = mount_plan(req, writable, protect, sockets, mount_table)
+        .map_err(|e| unavailable("isolation for a root child", e))?;
+    sys::probe_mounts(&plan).map_err(|e| {
+        unavailable(
+            "isolation for a root child",
+            format!("setting up the child's mount namespace failed here: {e}"),
+        )
+    })?;
+    Ok((Some(plan), Some(covered)))
+}
+
+/// `--as-user`: the child's uid and gid, which only a root runner can give.
+fn child_creds(req: &IsolationRequest, euid: u32) -> Result<Option<ChildCreds>, Unavailable> {
+    match req.as_user {
+        Some(u) if euid != 0 => Err(unavailable(
+            &format!("--as-user {}:{}", u.uid, u.gid),
+            format!("governed-exec runs as uid {euid}; switching uid needs root"),
+        )),
+        Some(u) => {
+            // A lease signed before approve refused (uid_t)-1 still names it.
+            u.check()
+                .map_err(|e| unavailable(&format!("--as-user {}:{}", u.uid, u.gid), e))?;
+            Ok(Some(ChildCreds {
+                uid: u.uid,
+                gid: u.gid,
+            }))
+        }
+        None => Ok(None),
+    }
+}
+
+/// `--fs-write`/`--fs-read`: the Landlock ruleset of the write scope.
+#[derive(Default)]
+struct WriteScope {
+    fd: Option<OwnedFd>,
+    abi: Option<i64>,
+    writable: Vec<String>,
+}
+
+fn write_scope(req: &IsolationRequest, writable: &[PathBuf]) -> Result<WriteScope, Unavailable> {
+    let Some(extra) = &req.fs_write else {
+        return Ok(WriteScope::default());
+    };
+    let abi = sys::landlock_abi_version()
+        .ok_or_else(|| unavailable("--fs-write", "the kernel offers no Landlock"))?;
+    let mut paths: Vec<PathBuf> = writable.to_vec();
+    paths.extend(extra.iter().map(PathBuf::from));
+    paths.push(PathBuf::from("/dev/null"));
+    let readable: Option<Vec<PathBuf>> = req
+        .fs_read
+        .as_ref()
+        .map(|r| r.iter().map(PathBuf::from).collect());
+    let fd = build_ruleset(abi, &paths, readable.as_deref())
+        .map_err(|e| unavailable("--fs-write/--fs-read", e))?;
+    Ok(WriteScope {
+        fd: Some(fd),
+        abi: Some(abi),
+        writable: paths.iter().map(|p| p.display().to_string()).collect(),
+    })
+}
+
+/// The guard of a child under isolation that is not dropped to `--as-user`
+/// by a root runner: its ruleset fd, the rights it handles, and whether it
+/// denies every path of the key (`Ok(how)`) or why not.
+///
+/// A non-root runner under isolation: a child of its own uid is kept from
+/// the key and the state dir by Landlock (which also forbids it to ptrace
+/// the runner, outside its domain).
+///
+/// A uid-0 child under isolation gets the same guard on top of its mount
+/// namespace: without it, root may rename a directory above the covered
+/// state dir or key (a cover moves with its mountpoint's parent) and
+/// plant its own in their place, and may make a user namespace of its
+/// own in which it mounts cgroupfs and raises its pids.max. A Landlock
+/// domain forbids both: the guard leaves the directories above the key
+/// and the state dir read-only, and no landlocked process may mount.
+type Guard = (Option<OwnedFd>, u64, Option<Cover>);
+
+fn guard(
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+    root_child: bool,
+    seccomp: bool,
+    mount_table: &[reach::Mount],
+) -> Guard {
+    let Some(abi) = sys::landlock_abi_version() else {
+        return (
+            None,
+            0,
+            Some(Cover::Fails(
+                "the kernel offers no Landlock to deny the child the key".to_string(),
+            )),
+        );
+    };
+    match guard_ruleset(abi, writable, protect, root_child, seccomp, mount_table) {
+        Ok((fd, how)) => (
+            Some(fd),
+            AccessFs::from_all(ABI::from(abi as i32)).bits(),
+            Some(Cover::Holds(how)),
+        ),
+        Err(why) => (None, 0, Some(Cover::Fails(why))),
+    }
+}
+
+/// The receipt's isolation report of what `prepare` set up.
+fn isolation_report(
+    req: &IsolationRequest,
+    ns: &Namespaces,
+    (creds, root_caps_keep): (Option<ChildCreds>, Option<u64>),
+    (child_uid, child_gid): (u32, u32),
+    mounts: Option<&MountPlan>,
+    scope: &WriteScope,
+    reach: Vec<ReachEntry>,
+) -> IsolationReport {
+    IsolationReport {
         boundary: boundary_text(req, child_uid, Some(mounts.is_some()), ns.net),
         os_sandbox: any_isolation(req),
         uid: child_uid,
@@ -485,8 +585,8 @@ pub fn prepare(
         inherited_fds_closed: true,
         parent_death_signal: true,
         capabilities_dropped: creds.is_some() || root_caps_keep.is_some(),
-        landlock_abi,
-        landlock_writable,
+        landlock_abi: scope.abi,
+        landlock_writable: scope.writable.clone(),
         landlock_readable: req.fs_read.clone().unwrap_or_default(),
         network_namespace: matches!(
             ns.net,
@@ -507,23 +607,10 @@ pub fn prepare(
             root_caps_keep.map(|_| reach::root_keep_names())
         },
         mount_namespace: mounts.is_some(),
-        proc_remounted: mounts.as_ref().is_some_and(|m| m.fresh_proc),
+        proc_remounted: mounts.is_some_and(|m| m.fresh_proc),
         kernel_view: None,
         reach,
-    };
-    Ok(Prepared {
-        creds,
-        landlock_fd,
-        seccomp: ns.seccomp,
-        report,
-        mounts,
-        root_caps_keep,
-        key_covered,
-        landlock_guard_access,
-        landlock_guard_fd,
-        key_landlocked,
-        proxy: ns.proxy,
-    })
+    }
 }
 
 /// What [`reach_entries`] decides from.
@@ -567,12 +654,9 @@ fn covered(plan: Option<&MountPlan>, mounts: &[reach::Mount], path: &Path, dir: 
 fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
     let ids = inp.ids;
     let who = ids.describe();
-    // A cover holds only where the child cannot look at the host's mount
-    // namespace through `/proc/<pid>/root` of a host process it may
-    // ptrace (one of its own uid): a fresh /proc of its PID namespace, or
-    // the Landlock guard (no ptrace out of its domain). An `--as-user`
-    // child has neither unless the lease asks for `--pid-namespace`.
-    let covers_hold = inp.guard.is_some() || inp.plan.is_some_and(|p| p.fresh_proc);
+    // A cover holds only with the guard or a fresh /proc (`reach::covers_hold`).
+    let covers_hold =
+        reach::covers_hold(inp.guard.is_some(), inp.plan.is_some_and(|p| p.fresh_proc));
     let plan = inp.plan.filter(|_| covers_hold);
     let entry = |channel: &str, path: Option<&Path>, reachable: bool, how: String| ReachEntry {
         channel: channel.into(),
@@ -585,20 +669,18 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
         let Ok(meta) = std::fs::metadata(sock) else {
             continue;
         };
-        let e = if covered(plan, inp.mounts, sock, false) {
-            entry(
+        let e = match reach::socket_reach(ids, covered(plan, inp.mounts, sock, false), &meta) {
+            reach::SocketReach::Covered => entry(
                 "daemon_socket",
                 Some(sock),
                 false,
                 format!("{daemon}: covered by /dev/null in the child's mount namespace"),
-            )
-        } else if ids.may(&meta, 2) {
-            entry("daemon_socket", Some(sock), true, format!(
+            ),
+            reach::SocketReach::Reachable => entry("daemon_socket", Some(sock), true, format!(
                 "{daemon}: the child ({who}) may connect ({}); the daemon can read the runner key and start processes outside every witness of this run",
                 reach::mode_text(&meta)
-            ))
-        } else {
-            entry(
+            )),
+            reach::SocketReach::Denied => entry(
                 "daemon_socket",
                 Some(sock),
                 false,
@@ -873,8 +955,13 @@ fn guard_ruleset(
     ))
 }
 
-fn cstr(p: &Path) -> Result<CString, String> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| format!("{} has a NUL byte", p.display()))
+/// A path the kernel cannot take (a NUL byte in it).
+#[derive(Debug, thiserror::Error)]
+#[error("{0} has a NUL byte")]
+struct NulInPath(String);
+
+fn cstr(p: &Path) -> Result<CString, NulInPath> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| NulInPath(p.display().to_string()))
 }
 
 /// The mount namespace of a root runner's isolated child; the second value
@@ -885,22 +972,22 @@ fn mount_plan(
     protect: &Protect<'_>,
     sockets: &[(PathBuf, String)],
     mounts: &[reach::Mount],
-) -> Result<(MountPlan, Result<String, String>), String> {
+) -> Result<(MountPlan, Cover), NulInPath> {
     let mut plan = MountPlan {
         new_cgroup_ns: true,
         fresh_proc: req.pid_namespace,
         ..MountPlan::default()
     };
-    let mut covered_key = Err("the runner key does not exist yet".to_string());
+    let mut covered_key = Cover::Fails("the runner key does not exist yet".to_string());
     if let Ok(aliases) = reach::aliases(protect.key, mounts) {
         for a in &aliases {
             plan.cover_files.push(cstr(a)?);
         }
         let nlink = std::fs::metadata(protect.key).map_or(0, |m| m.nlink());
         covered_key = if nlink == 1 {
-            Ok(format!("{} path(s) of the key covered", aliases.len()))
+            Cover::Holds(format!("{} path(s) of the key covered", aliases.len()))
         } else {
-            Err(format!(
+            Cover::Fails(format!(
                 "the key file has {nlink} hard links; only paths of the same mount were covered"
             ))
         };

@@ -54,17 +54,20 @@ pub fn tier(profile: Profile) -> Limits {
 
 /// `--max-processes`: a number greater than zero, or `unlimited` (the
 /// approver's explicit waiver of the process limit).
-pub fn parse_max_processes(s: &str) -> Result<MaxProcesses, String> {
+pub fn parse_max_processes(s: &str) -> Result<MaxProcesses, MaxProcessesError> {
     if s == "unlimited" {
         return Ok(MaxProcesses::UNLIMITED);
     }
     match s.parse::<u64>() {
         Ok(n) if n > 0 => Ok(MaxProcesses::Limit(n)),
-        _ => Err(format!(
-            "invalid process limit {s:?}: expected a number greater than zero or `unlimited`"
-        )),
+        _ => Err(MaxProcessesError(s.to_string())),
     }
 }
+
+/// A `--max-processes` that is neither a positive number nor `unlimited`.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid process limit {0:?}: expected a number greater than zero or `unlimited`")]
+pub struct MaxProcessesError(pub String);
 
 #[cfg(test)]
 mod tests {

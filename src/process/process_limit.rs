@@ -15,7 +15,20 @@ pub struct Plan {
     pub rlimit_nproc: Option<u64>,
 }
 
-pub fn choose(max: MaxProcesses, child_uid: u32, cgroups: &RunCgroups) -> Result<Plan, String> {
+/// No mechanism here enforces the lease's `max_processes` for this child:
+/// `isolation_unavailable`. `why` lists each mechanism and why it fails.
+#[derive(Debug, thiserror::Error)]
+#[error("max_processes ({limit}) cannot be enforced here: {}. Give the container `--pids-limit {limit}` (or less), run the child as another uid (--as-user), or approve with --max-processes unlimited", why.join("; "))]
+pub struct Unenforceable {
+    pub limit: u64,
+    pub why: Vec<String>,
+}
+
+pub fn choose(
+    max: MaxProcesses,
+    child_uid: u32,
+    cgroups: &RunCgroups,
+) -> Result<Plan, Unenforceable> {
     let n = match max {
         MaxProcesses::Waived(_) => {
             return Ok(Plan {
@@ -71,10 +84,7 @@ pub fn choose(max: MaxProcesses, child_uid: u32, cgroups: &RunCgroups) -> Result
         Ok((e, file)) => format!("the enclosing {} = {e} is larger than {n}", file.display()),
         Err(e) => e,
     });
-    Err(format!(
-        "max_processes ({n}) cannot be enforced here: {}. Give the container `--pids-limit {n}` (or less), run the child as another uid (--as-user), or approve with --max-processes unlimited",
-        why.join("; ")
-    ))
+    Err(Unenforceable { limit: n, why })
 }
 
 /// Could a process of the run escape the limit `mechanism` names? A pids

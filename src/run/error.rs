@@ -4,19 +4,24 @@
 
 use crate::evidence::sign::KeyError;
 use crate::gate::admission::Refusal;
+use crate::gate::lease::ManifestError;
+use crate::ledger::journal::JournalError;
+use crate::ledger::LedgerSpecError;
+use crate::model::goal::GoalError;
 use crate::model::Reason;
+use crate::run::prepare::RequestError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// The goal file: unreadable, too large, not a closed shape, no criteria.
-    #[error("{0}")]
-    Goal(String),
+    #[error(transparent)]
+    Goal(#[from] GoalError),
     /// The request: `--request` file or stdin, or the command line.
-    #[error("{0}")]
-    Request(String),
+    #[error(transparent)]
+    Request(#[from] RequestError),
     /// The manifest file.
-    #[error("{0}")]
-    Manifest(String),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
     /// The approver's public key (`--trust`).
     #[error(transparent)]
     Trust(KeyError),
@@ -24,8 +29,11 @@ pub enum RunError {
     #[error(transparent)]
     RunnerKey(KeyError),
     /// The runner key in the state dir could not be read or created.
-    #[error("{0}")]
-    StateDir(String),
+    #[error(transparent)]
+    StateKey(KeyError),
+    /// The state dir could not be made.
+    #[error(transparent)]
+    StateDir(JournalError),
     /// `--workspace` or the current directory.
     #[error("{what} {path}: {source}")]
     Place {
@@ -38,8 +46,8 @@ pub enum RunError {
     #[error("the leases matching this request name different ledgers: give --lease ID")]
     AmbiguousLedger,
     /// The ledger a lease names is not one this binary can use.
-    #[error("{0}")]
-    LedgerName(String),
+    #[error(transparent)]
+    LedgerName(#[from] LedgerSpecError),
     /// SIGTERM, SIGINT or SIGHUP arrived before the use was spent.
     #[error("governed-exec received {} before the use was spent: nothing was spawned and no use was spent", signal_name(*.0))]
     CancelledBeforeSpawn(i32),
@@ -62,7 +70,7 @@ impl RunError {
             | RunError::RunnerKey(_)
             | RunError::Place { .. }
             | RunError::LedgerName(_) => Reason::InvalidInput,
-            RunError::StateDir(_) => Reason::JournalUnavailable,
+            RunError::StateKey(_) | RunError::StateDir(_) => Reason::JournalUnavailable,
             RunError::AmbiguousLedger => Reason::NoMatchingLease,
             RunError::CancelledBeforeSpawn(_) => Reason::CancelledBeforeSpawn,
         }
@@ -87,11 +95,26 @@ mod tests {
     #[test]
     fn each_stage_maps_to_its_reason() {
         let io = || std::io::Error::from_raw_os_error(libc::ENOENT);
+        let goal = GoalError::EmptyId { what: "g".into() };
+        let manifest = ManifestError::Schema {
+            path: "m".into(),
+            found: "x".into(),
+        };
         let cases = [
-            (RunError::Goal("g".into()), Reason::InvalidInput),
-            (RunError::Request("r".into()), Reason::InvalidInput),
-            (RunError::Manifest("m".into()), Reason::InvalidInput),
-            (RunError::StateDir("s".into()), Reason::JournalUnavailable),
+            (RunError::Goal(goal), Reason::InvalidInput),
+            (
+                RunError::Request(RequestError::NonceEmpty),
+                Reason::InvalidInput,
+            ),
+            (RunError::Manifest(manifest), Reason::InvalidInput),
+            (
+                RunError::StateKey(KeyError::Read {
+                    path: "k".into(),
+                    source: io(),
+                    hint: String::new(),
+                }),
+                Reason::JournalUnavailable,
+            ),
             (
                 RunError::Place {
                     what: "--workspace",
@@ -101,7 +124,10 @@ mod tests {
                 Reason::InvalidInput,
             ),
             (RunError::AmbiguousLedger, Reason::NoMatchingLease),
-            (RunError::LedgerName("l".into()), Reason::InvalidInput),
+            (
+                RunError::LedgerName(LedgerSpecError::Unknown("l".into())),
+                Reason::InvalidInput,
+            ),
             (
                 RunError::CancelledBeforeSpawn(libc::SIGINT),
                 Reason::CancelledBeforeSpawn,
