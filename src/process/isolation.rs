@@ -8,6 +8,7 @@
 //! the rights to create a PID namespace (which `spawn` does with `clone`)
 //! and to switch uid are checked.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -367,6 +368,17 @@ pub fn prepare(
     // The mount table, read once: the cover plan, the guard and the reach
     // check all find a path's aliases in it.
     let mount_table = reach::mounts();
+    // Owners and modes as the host sees them, read before a user namespace
+    // is entered: inside one, every owner it does not map reads as the
+    // overflow uid (65534), which a runner of that very uid would take
+    // for its own.
+    let host_meta = host_metadata(
+        sockets
+            .iter()
+            .map(|(p, _)| p.as_path())
+            .chain(protect.ledger_dir)
+            .chain(protect.credentials.iter().map(PathBuf::as_path)),
+    );
     let ns = enter_namespaces(req.no_network, &req.allow_net, req.pid_namespace)?;
     // A root runner under isolation gives the child its own mount namespace
     // (the child is root until it drops to --as-user, and a uid-0 child stays
@@ -410,6 +422,7 @@ pub fn prepare(
         ids: &ids,
         runner_uid: euid,
         sockets: &sockets,
+        host_meta: &host_meta,
         protect,
         plan: mounts.as_ref(),
         mounts: &mount_table,
@@ -618,6 +631,8 @@ struct ReachInputs<'a> {
     ids: &'a reach::ChildIds,
     runner_uid: u32,
     sockets: &'a [(PathBuf, String)],
+    /// [`host_metadata`] of the sockets and protected files.
+    host_meta: &'a HashMap<PathBuf, std::fs::Metadata>,
     protect: &'a Protect<'a>,
     /// The child's own mount namespace, when it gets one.
     plan: Option<&'a MountPlan>,
@@ -648,6 +663,13 @@ fn covered(plan: Option<&MountPlan>, mounts: &[reach::Mount], path: &Path, dir: 
             .all(|a| cstr(a).is_ok_and(|c| set.contains(&c)))
 }
 
+/// The metadata of each path that exists, read now (see `prepare`).
+fn host_metadata<'p>(paths: impl Iterator<Item = &'p Path>) -> HashMap<PathBuf, std::fs::Metadata> {
+    paths
+        .filter_map(|p| std::fs::metadata(p).ok().map(|m| (p.to_path_buf(), m)))
+        .collect()
+}
+
 /// The child's reach, channel by channel: covered, denied, or reachable and
 /// why. `run` reads these to decide what the receipt may claim (a reachable
 /// daemon socket means the key is in reach and the cleanup evadable).
@@ -666,10 +688,10 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
     };
     let mut out = Vec::new();
     for (sock, daemon) in inp.sockets {
-        let Ok(meta) = std::fs::metadata(sock) else {
+        let Some(meta) = inp.host_meta.get(sock) else {
             continue;
         };
-        let e = match reach::socket_reach(ids, covered(plan, inp.mounts, sock, false), &meta) {
+        let e = match reach::socket_reach(ids, covered(plan, inp.mounts, sock, false), meta) {
             reach::SocketReach::Covered => entry(
                 "daemon_socket",
                 Some(sock),
@@ -678,7 +700,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
             ),
             reach::SocketReach::Reachable => entry("daemon_socket", Some(sock), true, format!(
                 "{daemon}: the child ({who}) may connect ({}); the daemon can read the runner key and start processes outside every witness of this run",
-                reach::mode_text(&meta)
+                reach::mode_text(meta)
             )),
             reach::SocketReach::Denied => entry(
                 "daemon_socket",
@@ -686,7 +708,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
                 false,
                 format!(
                     "{daemon}: file modes ({}) deny the child ({who}) a connection",
-                    reach::mode_text(&meta)
+                    reach::mode_text(meta)
                 ),
             )
         };
@@ -704,7 +726,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
                 .map(|f| ("ledger_credentials", f.as_path(), false)),
         );
     for (channel, path, dir) in files {
-        let Ok(meta) = std::fs::metadata(path) else {
+        let Some(meta) = inp.host_meta.get(path) else {
             continue;
         };
         let e = if covered(plan, inp.mounts, path, dir) {
@@ -721,7 +743,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
                 false,
                 format!("the Landlock guard (ABI {abi}) denies it"),
             )
-        } else if ids.may(&meta, if dir { 3 } else { 4 }) {
+        } else if ids.may(meta, if dir { 3 } else { 4 }) {
             entry(
                 channel,
                 Some(path),
@@ -729,7 +751,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
                 format!(
                     "the child ({who}) may {} it ({})",
                     if dir { "write" } else { "read" },
-                    reach::mode_text(&meta)
+                    reach::mode_text(meta)
                 ),
             )
         } else {
@@ -739,7 +761,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
                 false,
                 format!(
                     "file modes ({}) deny the child ({who})",
-                    reach::mode_text(&meta)
+                    reach::mode_text(meta)
                 ),
             )
         };

@@ -355,3 +355,40 @@ fn approve_warns_when_a_daemon_socket_will_be_in_the_childs_reach() {
         "an isolated root child: covered"
     );
 }
+
+/// A runner that is itself uid 65534 (nobody) and enters a user namespace
+/// for `--pid-namespace`: inside it every owner it does not map reads as
+/// the overflow uid, 65534. The reach is judged on the host's owners, read
+/// before the namespace: root:docker 0660 is not the child's to connect to,
+/// and the entry says so, matching what the child could actually do.
+#[test]
+fn a_nobody_runner_in_a_user_namespace_does_not_take_root_owned_sockets_for_its_own() {
+    if !docker_socket_or_skip("a_nobody_runner_in_a_user_namespace…") {
+        return;
+    }
+    let e = Env::new();
+    let script = ping_probe(DOCKER_SOCK);
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--pid-namespace"], &probe);
+    let bin = nobody_copy_of_binary(&e);
+    let mut c = as_nobody(&bin, &e.run_cmd(&[], &probe));
+    c.env("HOME", e.dir.path());
+    let r = finish_run(output_settled(c));
+    if r.reason() == "isolation_unavailable" {
+        skip!("a_nobody_runner_in_a_user_namespace…: {}", r.stderr);
+        return;
+    }
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(
+        r.predicate()["isolation"]["pid_namespace_mechanism"],
+        "user_and_pid_namespace"
+    );
+    let entry = socket_entry(&r).expect("a daemon_socket reach entry");
+    let reached = r.stdout_text().contains("DAEMON-ANSWERED");
+    assert!(!reached, "uid 65534 reached Docker: {}", r.stdout_text());
+    assert_eq!(entry["reachable"], false, "{entry}");
+    assert!(
+        entry["how"].as_str().unwrap().contains("owner 0:"),
+        "the host's owner, not the overflow uid: {entry}"
+    );
+}
