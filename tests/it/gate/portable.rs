@@ -176,7 +176,7 @@ fn a_local_ledger_the_lease_names_counts_uses_across_state_dirs_and_keeps_revoca
     );
     // Another state dir: the ledger still says the one use is spent.
     let other_state = e.path("state2");
-    let r = finish_run(output(crate::ledger_pg::run_cmd_in(
+    let r = finish_run(output(crate::ledger::pg::run_cmd_in(
         &e,
         &other_state,
         &[],
