@@ -210,7 +210,7 @@ impl Env {
     /// `verify --goal G --receipt R --trust T --allow-key-in-reach` (more
     /// flags may be added). Most tests run children in the default mode,
     /// where the runner key is within the child's reach and `verify` would
-    /// refuse every receipt for that alone; tests/it/rootchild.rs tests that
+    /// refuse every receipt for that alone; tests/it/attack/rootchild.rs tests that
     /// rule with [`Env::verify_strict_cmd`].
     pub fn verify_cmd(&self, receipt: &Path, trust: &Path) -> Command {
         let mut c = self.verify_strict_cmd(receipt, trust);

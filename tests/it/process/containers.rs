@@ -3,7 +3,7 @@
 //! clone3 with ENOSYS and unshare with EPERM (Docker's default profile,
 //! tests/sim/seccomp-exec.py), a read-only cgroupfs in a private mount
 //! namespace inside a pids group with a limit (`docker run --pids-limit`),
-//! and an unprivileged caller (setpriv). tests/it/docker.rs runs the same
+//! and an unprivileged caller (setpriv). tests/it/process/docker.rs runs the same
 //! checks against a real engine.
 
 use std::path::{Path, PathBuf};
@@ -358,7 +358,7 @@ fn doctor_reports_every_limit_of_a_lease_and_why_one_cannot_be_set() {
     let e = Env::new();
     let d = doctor_json(cmd().args(["doctor", "--json"]));
     // CONTRACT §9: a memory cgroup where one can be made, else RLIMIT_AS
-    // (tests/it/resources.rs checks which one against `run`).
+    // (tests/it/process/resources.rs checks which one against `run`).
     let mem = check(&d, "memory");
     assert!(
         ["memory_cgroup_v2", "memory_cgroup_v1", "rlimit_as"]

@@ -9,7 +9,7 @@
 //! nothing is pulled. Each test runs one container whose shell approves
 //! (identities are per container: the image's files get a new device in
 //! every container) and then `exec`s governed-exec, which becomes PID 1.
-//! Without a daemon every test says SKIP loudly; tests/it/containers.rs
+//! Without a daemon every test says SKIP loudly; tests/it/process/containers.rs
 //! covers the same logic by simulation.
 
 use std::path::{Path, PathBuf};
