@@ -663,15 +663,6 @@ impl Journal {
         &self.summary
     }
 
-    /// Uses of `lease_id` already spent (its `executing` records).
-    pub fn uses_spent(&self, lease_id: &str) -> u64 {
-        self.summary.uses.get(lease_id).copied().unwrap_or(0)
-    }
-
-    pub fn is_revoked(&self, lease_id: &str) -> bool {
-        self.summary.revoked.contains(lease_id)
-    }
-
     /// Attempts of this Goal with no result or resolution: `running` while a
     /// runner holds their lock, `unknown` otherwise.
     pub fn open_attempts(&self, state_dir: &Path) -> Vec<AttemptSummary> {
@@ -1593,6 +1584,60 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(load(&bytes), Ok(None)));
+    }
+
+    /// `journal verify` (the audit) says which way a checkpoint is wrong:
+    /// one edited without the key fails its authentication; one the key
+    /// made that no longer fits the records (the journal was edited under
+    /// it) is tampering; one without its key is said; a true one is no
+    /// problem. Each is one line, and never the other's.
+    #[test]
+    fn the_audit_tells_a_forged_checkpoint_from_an_edited_journal() {
+        let (d, cp, key, bytes) = setup_checkpoint();
+        let jp = journal_path(d.path());
+        let audit_with = |c: &Checkpoint| {
+            fs::write(checkpoint_path(&jp), serde_json::to_vec(c).unwrap()).unwrap();
+            audit(&jp, &bytes).unwrap()
+        };
+        let a = audit_with(&cp);
+        assert!(a.problems.is_empty(), "{:?}", a.problems);
+        assert_eq!(a.records, 16);
+        let only = |a: &Audit, what: &str| {
+            let hits: Vec<_> = a.problems.iter().filter(|p| p.contains(what)).collect();
+            assert_eq!(hits.len(), 1, "{what}: {:?}", a.problems);
+        };
+        // Forged: its summary is the true one, its MAC is not.
+        let mut forged = cp.clone();
+        forged.mac = "00".repeat(32);
+        let a = audit_with(&forged);
+        only(&a, "fails its authentication");
+        assert_eq!(a.problems.len(), 1, "{:?}", a.problems);
+        // Authentic (remade with the key) but bound to another chain position.
+        let mut moved = cp.clone();
+        moved.summary.next_seq += 1;
+        remac(&mut moved, &key);
+        let a = audit_with(&moved);
+        only(&a, "is authentic but the journal no longer matches it");
+        assert!(!a.problems.iter().any(|p| p.contains("authentication")));
+        // Authentic in an older version: not this release's, so not trusted.
+        let mut old = cp.clone();
+        old.v = CHECKPOINT_VERSION + 1;
+        remac(&mut old, &key);
+        only(&audit_with(&old), "fails its authentication");
+        // Claiming more records than the journal has.
+        let mut long = cp.clone();
+        long.lines = 17;
+        remac(&mut long, &key);
+        only(
+            &audit_with(&long),
+            "claims 17 records, more than the journal's 16",
+        );
+        // The key gone.
+        audit_with(&cp);
+        fs::remove_file(checkpoint_key_path(d.path())).unwrap();
+        let a = audit(&jp, &bytes).unwrap();
+        only(&a, "the checkpoint key does not");
+        assert_eq!(a.problems.len(), 1, "{:?}", a.problems);
     }
 
     /// Line numbers and sequence arithmetic when continuing a chain.
