@@ -306,3 +306,25 @@ fn an_old_manifest_copy_cannot_bring_back_a_superseded_lease() {
         r.stderr
     );
 }
+
+/// A portable lease binds where in the workspace its executable is, not only
+/// its bytes: the same bytes reached at another workspace path (the
+/// `./tool` symlink re-pointed from `bin/real` to an identical `lib/real`)
+/// are drift, zero spawn.
+#[test]
+fn a_portable_lease_refuses_the_same_bytes_at_another_workspace_path() {
+    let e = Env::new();
+    for d in ["bin", "lib"] {
+        std::fs::create_dir(e.ws.join(d)).unwrap();
+        e.write_script(&format!("{d}/real"), "#!/bin/sh\necho ran > ran.txt\n");
+    }
+    let tool = e.ws.join("tool");
+    std::os::unix::fs::symlink("bin/real", &tool).unwrap();
+    e.approve(&["--portable"], &["./tool"]);
+    std::fs::remove_file(&tool).unwrap();
+    std::os::unix::fs::symlink("lib/real", &tool).unwrap();
+    let r = e.run(&[], &["./tool"]);
+    r.assert_refused("executable_drift");
+    assert!(r.stderr.contains("path differs"), "{}", r.stderr);
+    assert!(!e.ws.join("ran.txt").exists(), "a refused run spawned");
+}
