@@ -1640,6 +1640,126 @@ mod tests {
         assert_eq!(a.problems.len(), 1, "{:?}", a.problems);
     }
 
+    /// Each invariant `journal verify` checks, broken once, is reported
+    /// once, and a journal that keeps them all reports nothing: a result or
+    /// a resolution needs an executing record before it and closes its
+    /// attempt once; an attempt executes once.
+    #[test]
+    fn each_broken_invariant_is_reported_and_a_sound_journal_is_not() {
+        let d = tempfile::tempdir().unwrap();
+        let exe = crate::model::ExecutableIdentity {
+            requested: "x".into(),
+            canonical_path: "/x".into(),
+            symlink_chain: vec![],
+            device: 0,
+            inode: 0,
+            size: 0,
+            mode: 0,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            sha256: String::new(),
+            interpreter: None,
+        };
+        let executing = |a: &str| Event::Executing {
+            attempt_id: a.into(),
+            lease_id: "l".into(),
+            lease_fingerprint: "f".into(),
+            goal: GoalRef {
+                id: "g".into(),
+                revision: 1,
+                sha256: "s".into(),
+            },
+            use_number: 1,
+            max_uses: 9,
+            runner_pid: 1,
+            executable: Box::new(exe.clone()),
+            cwd: Box::new(DirIdentity {
+                path: "/".into(),
+                device: 0,
+                inode: 0,
+                creation: None,
+            }),
+        };
+        let result = |a: &str| Event::Result {
+            attempt_id: a.into(),
+            outcome: OutcomeClass::Exited,
+            reason: None,
+            exit_code: Some(0),
+            signal: None,
+            cleanup: CleanupState::Gone,
+            receipt_sha256: "r".into(),
+        };
+        let resolution = |a: &str| Event::Resolution {
+            attempt_id: a.into(),
+            classification: Classification::Failed,
+            by: "p".into(),
+            note: None,
+        };
+        let problems = |events: Vec<Event>| {
+            let _ = fs::remove_dir_all(d.path().join("journal"));
+            let _ = fs::remove_dir_all(d.path().join("checkpoints"));
+            let mut j = Journal::open(d.path(), "g").unwrap();
+            for e in events {
+                j.append(e).unwrap();
+            }
+            drop(j);
+            let bytes = fs::read(journal_path(d.path())).unwrap();
+            invariant_violations(&parse_chain(Path::new("t"), &bytes).unwrap())
+        };
+        let sound = problems(vec![
+            executing("a1"),
+            result("a1"),
+            executing("a2"),
+            resolution("a2"),
+        ]);
+        assert!(sound.is_empty(), "{sound:?}");
+        let broken = problems(vec![
+            result("ghost"),
+            resolution("ghost"),
+            executing("a1"),
+            result("a1"),
+            result("a1"),
+            resolution("a1"),
+            executing("a1"),
+        ]);
+        assert_eq!(
+            broken,
+            [
+                "record 0: result for attempt ghost, which has no executing record before it",
+                "record 1: resolution of attempt ghost, which has no executing record before it",
+                "record 4: attempt a1 already had a result or a resolution",
+                "record 5: resolution of attempt a1, which already had a result or a resolution",
+                "record 6: attempt a1 has a second executing record",
+            ]
+        );
+    }
+
+    /// `record_ending_at` finds the record that ends at a byte offset by
+    /// reading backwards in doubling chunks: a record longer than the first
+    /// chunk, one exactly `MAX_RECORD_BYTES` long (the largest looked for:
+    /// the checkpoint's head record can be that large), the first record
+    /// of the file and an empty prefix.
+    #[test]
+    fn record_ending_at_finds_records_of_any_size_up_to_the_bound() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("j");
+        for n in [10u64, 5_000, MAX_RECORD_BYTES] {
+            let big = vec![b'x'; usize::try_from(n).unwrap()];
+            let mut bytes = b"first\n".to_vec();
+            bytes.extend_from_slice(&big);
+            bytes.extend_from_slice(b"\nlast\n");
+            fs::write(&p, &bytes).unwrap();
+            let f = File::open(&p).unwrap();
+            let end = 6 + n + 1;
+            assert_eq!(record_ending_at(&f, end).as_deref(), Some(&big[..]), "{n}");
+            assert_eq!(record_ending_at(&f, 6).as_deref(), Some(&b"first"[..]));
+            let total = bytes.len() as u64;
+            assert_eq!(record_ending_at(&f, total).as_deref(), Some(&b"last"[..]));
+            assert_eq!(record_ending_at(&f, 0).as_deref(), Some(&b""[..]));
+            assert_eq!(record_ending_at(&f, end - 1), None, "not a record's end");
+        }
+    }
+
     /// Line numbers and sequence arithmetic when continuing a chain.
     #[test]
     fn continuing_a_chain_checks_and_numbers_from_the_checkpoint() {
