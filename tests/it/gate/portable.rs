@@ -320,10 +320,13 @@ fn a_portable_lease_refuses_the_same_bytes_at_another_workspace_path() {
     }
     let tool = e.ws.join("tool");
     std::os::unix::fs::symlink("bin/real", &tool).unwrap();
-    e.approve(&["--portable"], &["./tool"]);
+    e.approve(&["--portable", "--uses", "2"], &["./tool"]);
+    let ws = ["--workspace", e.ws.to_str().unwrap()];
+    assert_eq!(e.run(&ws, &["./tool"]).class(), "exited", "as approved");
+    std::fs::remove_file(e.ws.join("ran.txt")).unwrap();
     std::fs::remove_file(&tool).unwrap();
     std::os::unix::fs::symlink("lib/real", &tool).unwrap();
-    let r = e.run(&[], &["./tool"]);
+    let r = e.run(&ws, &["./tool"]);
     r.assert_refused("executable_drift");
     assert!(r.stderr.contains("path differs"), "{}", r.stderr);
     assert!(!e.ws.join("ran.txt").exists(), "a refused run spawned");
