@@ -1354,8 +1354,45 @@ fn summary_difference(derived: &Summary, claimed: &Summary) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// An `executing` record of `attempt` (lease `lease`, Goal `goal`) for
+    /// tests of what the journal and the ledger derive from records.
+    pub(crate) fn executing(goal: &str, attempt: &str, lease: &str, max_uses: u64) -> Event {
+        Event::Executing {
+            attempt_id: attempt.into(),
+            lease_id: lease.into(),
+            lease_fingerprint: "f".into(),
+            goal: GoalRef {
+                id: goal.into(),
+                revision: 1,
+                sha256: "s".into(),
+            },
+            use_number: 1,
+            max_uses,
+            runner_pid: 1,
+            executable: Box::new(crate::model::ExecutableIdentity {
+                requested: "x".into(),
+                canonical_path: "/x".into(),
+                symlink_chain: vec![],
+                device: 0,
+                inode: 0,
+                size: 0,
+                mode: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                sha256: String::new(),
+                interpreter: None,
+            }),
+            cwd: Box::new(DirIdentity {
+                path: "/".into(),
+                device: 0,
+                inode: 0,
+                creation: None,
+            }),
+        }
+    }
 
     /// The `hmac` crate gives the textbook HMAC-SHA256 (RFC 2104) the
     /// checkpoints and manifest indexes were MAC'd with before it: existing
@@ -1647,39 +1684,7 @@ mod tests {
     #[test]
     fn each_broken_invariant_is_reported_and_a_sound_journal_is_not() {
         let d = tempfile::tempdir().unwrap();
-        let exe = crate::model::ExecutableIdentity {
-            requested: "x".into(),
-            canonical_path: "/x".into(),
-            symlink_chain: vec![],
-            device: 0,
-            inode: 0,
-            size: 0,
-            mode: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-            sha256: String::new(),
-            interpreter: None,
-        };
-        let executing = |a: &str| Event::Executing {
-            attempt_id: a.into(),
-            lease_id: "l".into(),
-            lease_fingerprint: "f".into(),
-            goal: GoalRef {
-                id: "g".into(),
-                revision: 1,
-                sha256: "s".into(),
-            },
-            use_number: 1,
-            max_uses: 9,
-            runner_pid: 1,
-            executable: Box::new(exe.clone()),
-            cwd: Box::new(DirIdentity {
-                path: "/".into(),
-                device: 0,
-                inode: 0,
-                creation: None,
-            }),
-        };
+        let executing = |a: &str| executing("g", a, "l", 9);
         let result = |a: &str| Event::Result {
             attempt_id: a.into(),
             outcome: OutcomeClass::Exited,
@@ -1865,43 +1870,8 @@ mod tests {
     fn an_unknown_result_keeps_the_attempt_open() {
         let d = tempfile::tempdir().unwrap();
         let mut j = Journal::open(d.path(), "g").unwrap();
-        let goal = GoalRef {
-            id: "g".into(),
-            revision: 1,
-            sha256: "s".into(),
-        };
-        let exe = crate::model::ExecutableIdentity {
-            requested: "x".into(),
-            canonical_path: "/x".into(),
-            symlink_chain: vec![],
-            device: 0,
-            inode: 0,
-            size: 0,
-            mode: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-            sha256: String::new(),
-            interpreter: None,
-        };
-        let dir = DirIdentity {
-            path: "/".into(),
-            device: 0,
-            inode: 0,
-            creation: None,
-        };
         for (a, class) in [("a1", OutcomeClass::Unknown), ("a2", OutcomeClass::Exited)] {
-            j.append(Event::Executing {
-                attempt_id: a.into(),
-                lease_id: "l".into(),
-                lease_fingerprint: "f".into(),
-                goal: goal.clone(),
-                use_number: 1,
-                max_uses: 1,
-                runner_pid: 1,
-                executable: Box::new(exe.clone()),
-                cwd: Box::new(dir.clone()),
-            })
-            .unwrap();
+            j.append(executing("g", a, "l", 1)).unwrap();
             j.append(Event::Result {
                 attempt_id: a.into(),
                 outcome: class,

@@ -291,42 +291,9 @@ pub fn revoke(l: &dyn Ledger, goal_id: &str, lease_id: &str, by: &str) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{DirIdentity, ExecutableIdentity, GoalRef};
 
     fn executing(goal: &str, attempt: &str) -> Event {
-        let dir = DirIdentity {
-            path: "/w".into(),
-            device: 0,
-            inode: 0,
-            creation: None,
-        };
-        Event::Executing {
-            attempt_id: attempt.into(),
-            lease_id: format!("lease-{goal}"),
-            lease_fingerprint: "ff".into(),
-            goal: GoalRef {
-                id: goal.into(),
-                revision: 1,
-                sha256: "ab".repeat(32),
-            },
-            use_number: 1,
-            max_uses: 1,
-            runner_pid: 1,
-            executable: Box::new(ExecutableIdentity {
-                requested: "true".into(),
-                canonical_path: "/usr/bin/true".into(),
-                symlink_chain: vec![],
-                device: 0,
-                inode: 0,
-                size: 0,
-                mode: 0,
-                mtime_ns: 0,
-                ctime_ns: 0,
-                sha256: String::new(),
-                interpreter: None,
-            }),
-            cwd: Box::new(dir),
-        }
+        journal::tests::executing(goal, attempt, &format!("lease-{goal}"), 1)
     }
 
     /// `resolve --attempt X` settles X, in the Goal whose executing record
