@@ -8,7 +8,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 target=$(rustc -vV | sed -n 's/^host: //p')
-# Called from the test suite (tests/it/docker.rs), the environment holds
+# Called from the test suite (tests/it/process/docker.rs), the environment holds
 # what `cargo test` sets for a test binary (CARGO_MANIFEST_DIR,
 # CARGO_PKG_*, …); ring's build script reruns when CARGO_MANIFEST_DIR
 # changes, so the release build would flip between the suite's and a

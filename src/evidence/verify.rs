@@ -840,6 +840,64 @@ mod tests {
         }
     }
 
+    /// A receipt proves nothing against its child when the child could
+    /// read the key that signed it, and a journaled run's receipt that does
+    /// not say (no `signing` block) is treated the same: not accepted
+    /// without `--allow-key-in-reach`.
+    #[test]
+    fn a_receipt_must_say_the_key_was_out_of_the_childs_reach() {
+        let in_reach = |v: &Verdict| {
+            v.unmet
+                .iter()
+                .any(|u| u.starts_with("signing_key_in_child_reach:"))
+        };
+        let mut s = template();
+        s.predicate.attempt_id = Some("att-1".into());
+        let v = judge_stmt(&s, None);
+        assert!(v.done() && !in_reach(&v), "{:?}", v.unmet);
+        s.predicate.signing.as_mut().unwrap().key_out_of_child_reach = false;
+        let v = judge_stmt(&s, None);
+        assert!(!v.done() && in_reach(&v), "key in reach: {:?}", v.unmet);
+        s.predicate.signing = None;
+        let v = judge_stmt(&s, None);
+        assert!(
+            !v.done() && in_reach(&v),
+            "silent on the key: {:?}",
+            v.unmet
+        );
+        // A record of no attempt (nothing ran) has no child to fear.
+        s.predicate.attempt_id = None;
+        assert!(!in_reach(&judge_stmt(&s, None)));
+    }
+
+    /// The statement's subjects are what a third-party verifier attests:
+    /// each product with a digest must be a subject of the same name and
+    /// the same digest, or the receipt would attest other bytes.
+    #[test]
+    fn statement_subjects_must_match_the_product_digests() {
+        let h = "cd".repeat(32);
+        let with = |name: &str, digest: &str| {
+            let mut s = template();
+            s.predicate.products.push(crate::model::Product {
+                path: "out.txt".into(),
+                exists: true,
+                size: Some(1),
+                sha256: Some(h.clone()),
+            });
+            s.subject.push(crate::model::Subject {
+                name: name.into(),
+                digest: [("sha256".to_string(), digest.to_string())].into(),
+            });
+            judge_stmt(&s, None)
+                .unmet
+                .iter()
+                .any(|u| u.contains("is not among the statement's subjects"))
+        };
+        assert!(!with("out.txt", &h), "the matching subject");
+        assert!(with("out.txt", &"00".repeat(32)), "another digest");
+        assert!(with("other.txt", &h), "another name");
+    }
+
     /// Each goal field mismatch fails on its own.
     #[test]
     fn any_one_wrong_goal_field_is_unmet() {

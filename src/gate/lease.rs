@@ -280,6 +280,28 @@ pub(crate) mod tests {
         crate::testing::fuzzing::lease(&std::fs::read(&path).unwrap());
     }
 
+    /// A manifest is read up to `MAX_MANIFEST_BYTES` (the documented 64
+    /// MiB): exactly that many bytes load, one more is refused before
+    /// parsing.
+    #[test]
+    fn the_manifest_size_bound_is_exact() {
+        assert_eq!(MAX_MANIFEST_BYTES, 64 << 20);
+        let d = tempfile::tempdir().unwrap();
+        let body = format!(r#"{{"schema":"{MANIFEST_SCHEMA}","leases":[]}}"#);
+        let sized = |n: u64| {
+            let mut b = body.clone().into_bytes();
+            b.resize(usize::try_from(n).unwrap(), b' ');
+            let p = d.path().join("manifest.json");
+            std::fs::write(&p, b).unwrap();
+            load_manifest(&p)
+                .map(|m| m.leases.len())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(sized(MAX_MANIFEST_BYTES), Ok(0), "exactly at the bound");
+        let over = sized(MAX_MANIFEST_BYTES + 1).unwrap_err();
+        assert!(over.contains("byte bound"), "{over}");
+    }
+
     #[test]
     fn whitespace_inside_strings_is_kept() {
         assert_eq!(

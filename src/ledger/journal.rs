@@ -663,15 +663,6 @@ impl Journal {
         &self.summary
     }
 
-    /// Uses of `lease_id` already spent (its `executing` records).
-    pub fn uses_spent(&self, lease_id: &str) -> u64 {
-        self.summary.uses.get(lease_id).copied().unwrap_or(0)
-    }
-
-    pub fn is_revoked(&self, lease_id: &str) -> bool {
-        self.summary.revoked.contains(lease_id)
-    }
-
     /// Attempts of this Goal with no result or resolution: `running` while a
     /// runner holds their lock, `unknown` otherwise.
     pub fn open_attempts(&self, state_dir: &Path) -> Vec<AttemptSummary> {
@@ -1363,8 +1354,45 @@ fn summary_difference(derived: &Summary, claimed: &Summary) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// An `executing` record of `attempt` (lease `lease`, Goal `goal`) for
+    /// tests of what the journal and the ledger derive from records.
+    pub(crate) fn executing(goal: &str, attempt: &str, lease: &str, max_uses: u64) -> Event {
+        Event::Executing {
+            attempt_id: attempt.into(),
+            lease_id: lease.into(),
+            lease_fingerprint: "f".into(),
+            goal: GoalRef {
+                id: goal.into(),
+                revision: 1,
+                sha256: "s".into(),
+            },
+            use_number: 1,
+            max_uses,
+            runner_pid: 1,
+            executable: Box::new(crate::model::ExecutableIdentity {
+                requested: "x".into(),
+                canonical_path: "/x".into(),
+                symlink_chain: vec![],
+                device: 0,
+                inode: 0,
+                size: 0,
+                mode: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                sha256: String::new(),
+                interpreter: None,
+            }),
+            cwd: Box::new(DirIdentity {
+                path: "/".into(),
+                device: 0,
+                inode: 0,
+                creation: None,
+            }),
+        }
+    }
 
     /// The `hmac` crate gives the textbook HMAC-SHA256 (RFC 2104) the
     /// checkpoints and manifest indexes were MAC'd with before it: existing
@@ -1595,6 +1623,148 @@ mod tests {
         assert!(matches!(load(&bytes), Ok(None)));
     }
 
+    /// `journal verify` (the audit) says which way a checkpoint is wrong:
+    /// one edited without the key fails its authentication; one the key
+    /// made that no longer fits the records (the journal was edited under
+    /// it) is tampering; one without its key is said; a true one is no
+    /// problem. Each is one line, and never the other's.
+    #[test]
+    fn the_audit_tells_a_forged_checkpoint_from_an_edited_journal() {
+        let (d, cp, key, bytes) = setup_checkpoint();
+        let jp = journal_path(d.path());
+        let audit_with = |c: &Checkpoint| {
+            fs::write(checkpoint_path(&jp), serde_json::to_vec(c).unwrap()).unwrap();
+            audit(&jp, &bytes).unwrap()
+        };
+        let a = audit_with(&cp);
+        assert!(a.problems.is_empty(), "{:?}", a.problems);
+        assert_eq!(a.records, 16);
+        let only = |a: &Audit, what: &str| {
+            let hits: Vec<_> = a.problems.iter().filter(|p| p.contains(what)).collect();
+            assert_eq!(hits.len(), 1, "{what}: {:?}", a.problems);
+        };
+        // Forged: its summary is the true one, its MAC is not.
+        let mut forged = cp.clone();
+        forged.mac = "00".repeat(32);
+        let a = audit_with(&forged);
+        only(&a, "fails its authentication");
+        assert_eq!(a.problems.len(), 1, "{:?}", a.problems);
+        // Authentic (remade with the key) but bound to another chain position.
+        let mut moved = cp.clone();
+        moved.summary.next_seq += 1;
+        remac(&mut moved, &key);
+        let a = audit_with(&moved);
+        only(&a, "is authentic but the journal no longer matches it");
+        assert!(!a.problems.iter().any(|p| p.contains("authentication")));
+        // Authentic in an older version: not this release's, so not trusted.
+        let mut old = cp.clone();
+        old.v = CHECKPOINT_VERSION + 1;
+        remac(&mut old, &key);
+        only(&audit_with(&old), "fails its authentication");
+        // Claiming more records than the journal has.
+        let mut long = cp.clone();
+        long.lines = 17;
+        remac(&mut long, &key);
+        only(
+            &audit_with(&long),
+            "claims 17 records, more than the journal's 16",
+        );
+        // The key gone.
+        audit_with(&cp);
+        fs::remove_file(checkpoint_key_path(d.path())).unwrap();
+        let a = audit(&jp, &bytes).unwrap();
+        only(&a, "the checkpoint key does not");
+        assert_eq!(a.problems.len(), 1, "{:?}", a.problems);
+    }
+
+    /// Each invariant `journal verify` checks, broken once, is reported
+    /// once, and a journal that keeps them all reports nothing: a result or
+    /// a resolution needs an executing record before it and closes its
+    /// attempt once; an attempt executes once.
+    #[test]
+    fn each_broken_invariant_is_reported_and_a_sound_journal_is_not() {
+        let d = tempfile::tempdir().unwrap();
+        let executing = |a: &str| executing("g", a, "l", 9);
+        let result = |a: &str| Event::Result {
+            attempt_id: a.into(),
+            outcome: OutcomeClass::Exited,
+            reason: None,
+            exit_code: Some(0),
+            signal: None,
+            cleanup: CleanupState::Gone,
+            receipt_sha256: "r".into(),
+        };
+        let resolution = |a: &str| Event::Resolution {
+            attempt_id: a.into(),
+            classification: Classification::Failed,
+            by: "p".into(),
+            note: None,
+        };
+        let problems = |events: Vec<Event>| {
+            let _ = fs::remove_dir_all(d.path().join("journal"));
+            let _ = fs::remove_dir_all(d.path().join("checkpoints"));
+            let mut j = Journal::open(d.path(), "g").unwrap();
+            for e in events {
+                j.append(e).unwrap();
+            }
+            drop(j);
+            let bytes = fs::read(journal_path(d.path())).unwrap();
+            invariant_violations(&parse_chain(Path::new("t"), &bytes).unwrap())
+        };
+        let sound = problems(vec![
+            executing("a1"),
+            result("a1"),
+            executing("a2"),
+            resolution("a2"),
+        ]);
+        assert!(sound.is_empty(), "{sound:?}");
+        let broken = problems(vec![
+            result("ghost"),
+            resolution("ghost"),
+            executing("a1"),
+            result("a1"),
+            result("a1"),
+            resolution("a1"),
+            executing("a1"),
+        ]);
+        assert_eq!(
+            broken,
+            [
+                "record 0: result for attempt ghost, which has no executing record before it",
+                "record 1: resolution of attempt ghost, which has no executing record before it",
+                "record 4: attempt a1 already had a result or a resolution",
+                "record 5: resolution of attempt a1, which already had a result or a resolution",
+                "record 6: attempt a1 has a second executing record",
+            ]
+        );
+    }
+
+    /// `record_ending_at` finds the record that ends at a byte offset by
+    /// reading backwards in doubling chunks: a record longer than the first
+    /// chunk, one exactly `MAX_RECORD_BYTES` long (the largest looked for:
+    /// the checkpoint's head record can be that large), the first record
+    /// of the file and an empty prefix.
+    #[test]
+    fn record_ending_at_finds_records_of_any_size_up_to_the_bound() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("j");
+        for n in [10u64, 5_000, MAX_RECORD_BYTES] {
+            let big = vec![b'x'; usize::try_from(n).unwrap()];
+            let mut bytes = b"first\n".to_vec();
+            bytes.extend_from_slice(&big);
+            bytes.extend_from_slice(b"\nlast\n");
+            fs::write(&p, &bytes).unwrap();
+            let f = File::open(&p).unwrap();
+            let end = 6 + n + 1;
+            assert_eq!(record_ending_at(&f, end).as_deref(), Some(&big[..]), "{n}");
+            assert_eq!(record_ending_at(&f, 6).as_deref(), Some(&b"first"[..]));
+            let total = bytes.len() as u64;
+            assert_eq!(record_ending_at(&f, total).as_deref(), Some(&b"last"[..]));
+            assert_eq!(record_ending_at(&f, 0).as_deref(), Some(&b""[..]));
+            assert_eq!(record_ending_at(&f, end - 1), None, "not a record's end");
+        }
+    }
+
     /// Line numbers and sequence arithmetic when continuing a chain.
     #[test]
     fn continuing_a_chain_checks_and_numbers_from_the_checkpoint() {
@@ -1700,43 +1870,8 @@ mod tests {
     fn an_unknown_result_keeps_the_attempt_open() {
         let d = tempfile::tempdir().unwrap();
         let mut j = Journal::open(d.path(), "g").unwrap();
-        let goal = GoalRef {
-            id: "g".into(),
-            revision: 1,
-            sha256: "s".into(),
-        };
-        let exe = crate::model::ExecutableIdentity {
-            requested: "x".into(),
-            canonical_path: "/x".into(),
-            symlink_chain: vec![],
-            device: 0,
-            inode: 0,
-            size: 0,
-            mode: 0,
-            mtime_ns: 0,
-            ctime_ns: 0,
-            sha256: String::new(),
-            interpreter: None,
-        };
-        let dir = DirIdentity {
-            path: "/".into(),
-            device: 0,
-            inode: 0,
-            creation: None,
-        };
         for (a, class) in [("a1", OutcomeClass::Unknown), ("a2", OutcomeClass::Exited)] {
-            j.append(Event::Executing {
-                attempt_id: a.into(),
-                lease_id: "l".into(),
-                lease_fingerprint: "f".into(),
-                goal: goal.clone(),
-                use_number: 1,
-                max_uses: 1,
-                runner_pid: 1,
-                executable: Box::new(exe.clone()),
-                cwd: Box::new(dir.clone()),
-            })
-            .unwrap();
+            j.append(executing("g", a, "l", 1)).unwrap();
             j.append(Event::Result {
                 attempt_id: a.into(),
                 outcome: class,

@@ -319,6 +319,41 @@ pub fn revoke(l: &dyn Ledger, goal_id: &str, lease_id: &str, by: &str) -> Result
 mod tests {
     use super::*;
 
+    fn executing(goal: &str, attempt: &str) -> Event {
+        journal::tests::executing(goal, attempt, &format!("lease-{goal}"), 1)
+    }
+
+    /// `resolve --attempt X` settles X, in the Goal whose executing record
+    /// names X, and nothing else: with an unknown attempt in each of two
+    /// Goals, each resolution lands on its own attempt whichever Goal's
+    /// chain is read first.
+    #[test]
+    fn resolve_settles_the_named_attempt_and_no_other() {
+        let d = tempfile::tempdir().unwrap();
+        let l = LocalLedger::state_dir(d.path());
+        for g in ["goal-a", "goal-b"] {
+            let mut j = journal::Journal::open(d.path(), g).unwrap();
+            j.append(executing(g, &format!("att-{g}"))).unwrap();
+        }
+        for g in ["goal-a", "goal-b"] {
+            let other = if g == "goal-a" { "goal-b" } else { "goal-a" };
+            let open_before = open_attempts(&*l.open_goal(other).unwrap()).len();
+            let lease = resolve(&l, &format!("att-{g}"), Classification::Failed, "ops", None)
+                .unwrap_or_else(|e| panic!("att-{g}: {e}"));
+            assert_eq!(lease, format!("lease-{g}"));
+            assert!(open_attempts(&*l.open_goal(g).unwrap()).is_empty());
+            assert_eq!(
+                open_attempts(&*l.open_goal(other).unwrap()).len(),
+                open_before,
+                "resolving att-{g} settled an attempt of {other}"
+            );
+        }
+        match resolve(&l, "att-nope", Classification::Failed, "ops", None) {
+            Err(OperatorError::UnknownId(m)) => assert!(m.contains("not in the ledger"), "{m}"),
+            other => panic!("an unknown attempt: {other:?}"),
+        }
+    }
+
     #[test]
     fn ledger_addresses_carry_no_credentials() {
         assert!(LedgerSpec::parse("postgres://u:secret@db/x").is_err());

@@ -270,6 +270,25 @@ mod tests {
         assert!(goal_with(&format!(r#"{{"kind":"file","path":"x","sha256":"{hex}"}}"#)).is_ok());
     }
 
+    /// A goal file is read up to `MAX_GOAL_BYTES`: exactly that many bytes
+    /// load, one more is refused before parsing.
+    #[test]
+    fn the_goal_size_bound_is_exact() {
+        let d = tempfile::tempdir().unwrap();
+        let body = br#"{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{"kind":"exit_code","equals":0}]}"#;
+        let sized = |n: u64| {
+            let mut b = body.to_vec();
+            b.resize(usize::try_from(n).unwrap(), b' ');
+            let p = d.path().join(format!("goal-{n}.json"));
+            std::fs::write(&p, b).unwrap();
+            load(&p).map(|_| ()).map_err(|e| e.to_string())
+        };
+        assert_eq!(sized(MAX_GOAL_BYTES), Ok(()), "exactly at the bound");
+        let over = sized(MAX_GOAL_BYTES + 1).unwrap_err();
+        assert!(over.contains("byte bound"), "{over}");
+        assert_eq!(MAX_GOAL_BYTES, 1 << 20, "the documented 1 MiB");
+    }
+
     #[test]
     fn a_goal_needs_its_schema_an_id_and_a_criterion() {
         let ok = br#"{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{"kind":"exit_code","equals":0}]}"#;

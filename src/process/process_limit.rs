@@ -93,9 +93,83 @@ pub fn choose(
 /// group likewise, by a uid-0 child on a writable cgroupfs. A non-root child
 /// cannot raise its hard `RLIMIT_NPROC`, and a waiver has nothing to evade.
 pub fn evadable(mechanism: &str, uid: u32, covered: bool, cgroups: &RunCgroups) -> bool {
+    evadable_given(
+        mechanism,
+        uid,
+        covered,
+        cgroups,
+        cgroup::pids_mount_writable,
+    )
+}
+
+/// [`evadable`] with the machine's answer to "is a pids hierarchy mounted
+/// writable?" passed in (asked only when it decides).
+fn evadable_given(
+    mechanism: &str,
+    uid: u32,
+    covered: bool,
+    cgroups: &RunCgroups,
+    pids_mount_writable: impl FnOnce() -> bool,
+) -> bool {
     match mechanism {
         "pids_cgroup_v1" | "pids_cgroup_v2" => cgroups.leavable_by(uid, covered),
-        "enclosing_pids_max" => uid == 0 && !covered && cgroup::pids_mount_writable(),
+        "enclosing_pids_max" => uid == 0 && !covered && pids_mount_writable(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The enclosing `pids.max` binds the whole container, so only a child
+    /// that can move itself out of it evades it: uid 0 (a non-root child
+    /// cannot write `cgroup.procs` of the container's group), with cgroupfs
+    /// not covered in its mount namespace, on a pids hierarchy mounted
+    /// writable. Any one missing and the receipt must not say evadable; all
+    /// three and it must (a root child could fork past the limit).
+    #[test]
+    fn the_enclosing_pids_max_is_evadable_only_by_root_on_a_writable_uncovered_cgroupfs() {
+        let g = RunCgroups::default();
+        let e = |uid, covered, writable| {
+            evadable_given("enclosing_pids_max", uid, covered, &g, || writable)
+        };
+        assert!(e(0, false, true), "root, uncovered, writable");
+        assert!(!e(1000, false, true), "not root");
+        assert!(!e(0, true, true), "cgroupfs covered");
+        assert!(!e(0, false, false), "read-only (Docker's default)");
+        // The public entry asks the machine for the last condition.
+        assert_eq!(
+            evadable("enclosing_pids_max", 0, false, &g),
+            cgroup::pids_mount_writable()
+        );
+        assert!(!evadable("enclosing_pids_max", 1000, false, &g));
+    }
+
+    /// `RLIMIT_NPROC` cannot be raised past its hard limit by a non-root
+    /// child, and a waiver has nothing to evade.
+    #[test]
+    fn a_waiver_or_rlimit_nproc_is_never_evadable() {
+        let g = RunCgroups::default();
+        for m in ["rlimit_nproc", "waived"] {
+            for (uid, covered) in [(0, false), (1000, false), (0, true)] {
+                assert!(!evadable_given(m, uid, covered, &g, || true), "{m}");
+            }
+        }
+    }
+
+    /// Without a per-run group, a non-root child is bounded by
+    /// `RLIMIT_NPROC` set to the lease's number, and a waiver is reported as
+    /// such with nothing enforced.
+    #[test]
+    fn the_choice_without_a_cgroup() {
+        let g = RunCgroups::default();
+        let p = choose(MaxProcesses::Limit(7), 1000, &g).unwrap();
+        assert_eq!(p.report.mechanism, "rlimit_nproc");
+        assert_eq!(p.report.enforced_limit, Some(7));
+        assert_eq!(p.rlimit_nproc, Some(7));
+        let w = choose(MaxProcesses::UNLIMITED, 0, &g).unwrap();
+        assert_eq!(w.report.mechanism, "waived");
+        assert_eq!((w.report.enforced_limit, w.rlimit_nproc), (None, None));
     }
 }

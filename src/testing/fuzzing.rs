@@ -1,5 +1,5 @@
 //! Entry points of the fuzz targets (`fuzz/fuzz_targets/*`), here so that
-//! `tests/it/fuzz_regressions.rs` replays saved inputs through exactly the
+//! `tests/it/testing/fuzz_regressions.rs` replays saved inputs through exactly the
 //! same code on every `cargo test`. Each one panics only when an invariant
 //! of the product is broken.
 

@@ -1,6 +1,6 @@
 //! Test-only entry points: crash-injection points (compiled only with the
 //! `fault-injection` feature) and the fuzz targets' entry points, replayed by
-//! `tests/it/fuzz_regressions.rs`.
+//! `tests/it/testing/fuzz_regressions.rs`.
 
 pub mod fault;
 pub mod fuzzing;

@@ -1,42 +1,65 @@
 //! Integration tests: every case drives the real binary.
+//!
+//! One test binary, its modules arranged by the stage of `src/` they test
+//! (ARCHITECTURE.md, "Tests"): `cli`, `run`, `gate`, `ledger`, `process`,
+//! `evidence`, `testing`; `attack` holds the attack passes, which cross
+//! stages; `shipped` replays what the README, `examples/` and `ci/` ship.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
 mod support;
 
-mod approvals;
-mod attack_egress;
-mod attack_identity;
-mod attack_outcomes;
-mod attack_reach;
-mod ci_flow;
-mod ci_summary;
-mod containers;
-mod docker;
-mod egress;
-mod examples;
-mod first_hour;
-mod fuzz_regressions;
-mod hardening;
-mod identity_drift;
-mod interop;
-mod isolation;
-mod journal;
-mod lease_rules;
-mod ledger_pg;
-mod lifecycle;
-mod manifest_index;
-mod nonce;
-mod outcomes;
-mod output;
-mod pipeline;
-mod portable;
-mod reach;
-mod resources;
-mod rootchild;
-mod speed;
-mod supervision;
-mod toolchains;
-mod verify;
-mod views;
+mod cli {
+    mod approvals;
+    mod first_hour;
+    mod toolchains;
+}
+mod run {
+    mod outcomes;
+    mod pipeline;
+    mod speed;
+}
+mod gate {
+    mod identity_drift;
+    mod lease_rules;
+    mod manifest_index;
+    mod portable;
+    mod reach;
+}
+mod ledger {
+    mod journal;
+    pub mod pg;
+}
+mod process {
+    mod containers;
+    mod docker;
+    mod egress;
+    mod isolation;
+    mod lifecycle;
+    mod output;
+    mod resources;
+    mod supervision;
+}
+mod evidence {
+    pub mod interop;
+    mod nonce;
+    mod verify;
+    mod views;
+}
+mod attack {
+    mod egress;
+    mod hardening;
+    mod identity;
+    mod outcomes;
+    mod reach;
+    mod rootchild;
+}
+mod shipped {
+    mod ci_flow;
+    mod ci_summary;
+    mod examples;
+}
+mod testing {
+    mod fuzz_regressions;
+}

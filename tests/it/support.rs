@@ -135,21 +135,18 @@ impl Env {
     }
 
     pub fn approve_cmd(&self, flags: &[&str], command: &[&str]) -> Command {
-        let mut c = cmd();
-        c.arg("approve")
-            .arg("--goal")
-            .arg(&self.goal)
-            .arg("--workspace")
-            .arg(&self.ws)
-            .arg("--manifest")
-            .arg(&self.manifest)
-            .arg("--key")
-            .arg(&self.key)
-            .args(flags);
-        if !command.is_empty() {
-            c.arg("--").args(command);
+        approve_cmd_with(self.approve_files(), flags, command)
+    }
+
+    /// This environment's approve files, for [`approve_cmd_with`] with one
+    /// changed (another goal, manifest or key).
+    pub fn approve_files(&self) -> ApproveFiles<'_> {
+        ApproveFiles {
+            goal: &self.goal,
+            workspace: &self.ws,
+            manifest: &self.manifest,
+            key: &self.key,
         }
-        c
     }
 
     /// Approve and return the lease id; panics on failure.
@@ -210,7 +207,7 @@ impl Env {
     /// `verify --goal G --receipt R --trust T --allow-key-in-reach` (more
     /// flags may be added). Most tests run children in the default mode,
     /// where the runner key is within the child's reach and `verify` would
-    /// refuse every receipt for that alone; tests/it/rootchild.rs tests that
+    /// refuse every receipt for that alone; tests/it/attack/rootchild.rs tests that
     /// rule with [`Env::verify_strict_cmd`].
     pub fn verify_cmd(&self, receipt: &Path, trust: &Path) -> Command {
         let mut c = self.verify_strict_cmd(receipt, trust);
@@ -254,6 +251,34 @@ impl Env {
     }
 }
 
+/// The files an `approve` is pointed at.
+#[derive(Clone, Copy)]
+pub struct ApproveFiles<'a> {
+    pub goal: &'a Path,
+    pub workspace: &'a Path,
+    pub manifest: &'a Path,
+    pub key: &'a Path,
+}
+
+/// `approve --goal --workspace --manifest --key FLAGS [-- COMMAND]`.
+pub fn approve_cmd_with(files: ApproveFiles<'_>, flags: &[&str], command: &[&str]) -> Command {
+    let mut c = cmd();
+    c.arg("approve")
+        .arg("--goal")
+        .arg(files.goal)
+        .arg("--workspace")
+        .arg(files.workspace)
+        .arg("--manifest")
+        .arg(files.manifest)
+        .arg("--key")
+        .arg(files.key)
+        .args(flags);
+    if !command.is_empty() {
+        c.arg("--").args(command);
+    }
+    c
+}
+
 /// The files a `run` is pointed at.
 #[derive(Clone, Copy)]
 pub struct RunFiles<'a> {
@@ -265,6 +290,37 @@ pub struct RunFiles<'a> {
 
 /// `run --goal --manifest --trust --state-dir FLAGS [-- COMMAND]`.
 pub fn run_cmd_with(files: RunFiles<'_>, flags: &[&str], command: &[&str]) -> Command {
+    let mut c = run_cmd_stateless(files);
+    c.arg("--state-dir").arg(files.state).args(flags);
+    if !command.is_empty() {
+        c.arg("--").args(command);
+    }
+    c
+}
+
+/// `run` as [`run_cmd_with`], but without `--state-dir` and with neither
+/// `GOVERNED_EXEC_STATE_DIR` nor `XDG_STATE_HOME`: the state dir is the
+/// default one, under `home` (`HOME/.local/state/governed-exec`) unless the
+/// caller sets one of the two again. `files.state` is not used. Never the
+/// real state dir: HOME is always `home`.
+pub fn run_cmd_default_state(
+    files: RunFiles<'_>,
+    home: &Path,
+    flags: &[&str],
+    command: &[&str],
+) -> Command {
+    let mut c = run_cmd_stateless(files);
+    c.env_remove("GOVERNED_EXEC_STATE_DIR")
+        .env_remove("XDG_STATE_HOME")
+        .env("HOME", home)
+        .args(flags);
+    if !command.is_empty() {
+        c.arg("--").args(command);
+    }
+    c
+}
+
+fn run_cmd_stateless(files: RunFiles<'_>) -> Command {
     let mut c = cmd();
     c.arg("run")
         .arg("--goal")
@@ -272,13 +328,7 @@ pub fn run_cmd_with(files: RunFiles<'_>, flags: &[&str], command: &[&str]) -> Co
         .arg("--manifest")
         .arg(files.manifest)
         .arg("--trust")
-        .arg(files.trust)
-        .arg("--state-dir")
-        .arg(files.state)
-        .args(flags);
-    if !command.is_empty() {
-        c.arg("--").args(command);
-    }
+        .arg(files.trust);
     c
 }
 
@@ -566,4 +616,40 @@ pub fn git(dir: &Path, args: &[&str]) -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
+}
+
+/// A `doctor --json` that ran (exit 0 asserted), parsed.
+pub fn doctor_report(o: Output) -> Value {
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("doctor --json")
+}
+
+/// `governed-exec doctor --json`, as a command to wrap or run.
+pub fn doctor_cmd() -> Command {
+    let mut c = cmd();
+    c.args(["doctor", "--json"]);
+    c
+}
+
+/// The check `name` of a `doctor --json` report; panics if it has none.
+pub fn doctor_check<'a>(doctor: &'a Value, name: &str) -> &'a Value {
+    doctor["checks"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("doctor has no {name} check: {doctor}"))
+}
+
+/// Whether this machine's `doctor` says the check `name` is available.
+pub fn doctor_available(name: &str) -> bool {
+    doctor_check(&doctor_report(output(doctor_cmd())), name)["available"] == true
+}
+
+/// A run (or any command) as uid 65534 through [`as_nobody`], settled.
+pub fn run_as_nobody(bin: &Path, c: &Command) -> Run {
+    finish_run(output_settled(as_nobody(bin, c)))
 }

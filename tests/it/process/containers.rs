@@ -3,7 +3,7 @@
 //! clone3 with ENOSYS and unshare with EPERM (Docker's default profile,
 //! tests/sim/seccomp-exec.py), a read-only cgroupfs in a private mount
 //! namespace inside a pids group with a limit (`docker run --pids-limit`),
-//! and an unprivileged caller (setpriv). tests/it/docker.rs runs the same
+//! and an unprivileged caller (setpriv). tests/it/process/docker.rs runs the same
 //! checks against a real engine.
 
 use std::path::{Path, PathBuf};
@@ -27,35 +27,6 @@ fn under_filter(rules: &str, inner: &Command) -> Command {
         .args(inner.get_args())
         .stdin(std::process::Stdio::null());
     c
-}
-
-fn doctor_json(c: &mut Command) -> Value {
-    let o = output(c);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).expect("doctor --json")
-}
-
-fn doctor_json_settled(c: Command) -> Value {
-    let o = output_settled(c);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).expect("doctor --json")
-}
-
-fn check<'a>(doctor: &'a Value, name: &str) -> &'a Value {
-    doctor["checks"]
-        .as_array()
-        .and_then(|a| a.iter().find(|c| c["name"] == name))
-        .unwrap_or_else(|| panic!("doctor has no {name}: {doctor}"))
 }
 
 #[test]
@@ -89,13 +60,12 @@ fn clone3_enosys_falls_back_to_clone_pidfd_and_doctor_says_so() {
             .unwrap_or("");
         assert!(v2.contains("governed-exec-att-"), "{}", r.stdout_text());
     }
-    let mut dc = cmd();
-    dc.args(["doctor", "--json"]);
-    let d = doctor_json(&mut under_filter("clone3=ENOSYS", &dc));
-    assert_eq!(check(&d, "spawn")["mechanism"], "clone_pidfd");
+    let dc = doctor_cmd();
+    let d = doctor_report(output(under_filter("clone3=ENOSYS", &dc)));
+    assert_eq!(doctor_check(&d, "spawn")["mechanism"], "clone_pidfd");
     // Without the filter both say clone3.
-    let d = doctor_json(cmd().args(["doctor", "--json"]));
-    assert_eq!(check(&d, "spawn")["mechanism"], "clone3");
+    let d = doctor_report(output(doctor_cmd()));
+    assert_eq!(doctor_check(&d, "spawn")["mechanism"], "clone3");
     e.approve(&[], &["true"]);
     let r = e.run(&[], &["true"]);
     assert_eq!(r.predicate()["spawn_path"], "clone3", "{}", r.stderr);
@@ -207,11 +177,10 @@ fn readonly_cgroupfs_uses_the_enclosing_pids_max_or_refuses_or_honours_the_waive
         r.predicate()["streams"]["stderr"]["text"]
     );
     // doctor, in the same place, says the same.
-    let mut dc = cmd();
-    dc.args(["doctor", "--json"]);
-    let d = doctor_json(&mut in_readonly_cgroupfs(&group.0, &dc));
-    assert_eq!(check(&d, "pids_cgroup")["available"], false);
-    assert_eq!(check(&d, "enclosing_pids_max")["available"], true);
+    let dc = doctor_cmd();
+    let d = doctor_report(output(in_readonly_cgroupfs(&group.0, &dc)));
+    assert_eq!(doctor_check(&d, "pids_cgroup")["available"], false);
+    assert_eq!(doctor_check(&d, "enclosing_pids_max")["available"], true);
     let standard = d["process_limit_by_profile"]
         .as_array()
         .and_then(|a| a.iter().find(|p| p["profile"] == "standard"))
@@ -284,15 +253,17 @@ fn unprivileged_no_network_uses_seccomp_where_namespaces_are_forbidden() {
     assert_eq!(r.predicate()["process_limit"]["mechanism"], "rlimit_nproc");
 
     // doctor under the same conditions names the same mechanisms.
-    let mut dc = cmd();
-    dc.args(["doctor", "--json"]);
-    let d = doctor_json_settled(under_filter(docker_like, &as_nobody(&bin, &dc)));
+    let dc = doctor_cmd();
+    let d = doctor_report(output_settled(under_filter(
+        docker_like,
+        &as_nobody(&bin, &dc),
+    )));
     assert_eq!(
-        check(&d, "no_network")["mechanism"],
+        doctor_check(&d, "no_network")["mechanism"],
         "seccomp_socket_families"
     );
-    assert_eq!(check(&d, "pid_namespace")["available"], false);
-    assert_eq!(check(&d, "user_namespace")["available"], false);
+    assert_eq!(doctor_check(&d, "pid_namespace")["available"], false);
+    assert_eq!(doctor_check(&d, "user_namespace")["available"], false);
 
     // --pid-namespace cannot be had: refused, zero spawn, no use spent.
     let marker = e.path("ws/ran");
@@ -320,22 +291,21 @@ fn unprivileged_namespaces_go_through_a_user_namespace_where_the_kernel_allows()
         return;
     }
     let (e, bin) = unprivileged_env();
-    let mut dc = cmd();
-    dc.args(["doctor", "--json"]);
-    let d = doctor_json_settled(as_nobody(&bin, &dc));
-    if check(&d, "user_namespace")["available"] != true {
+    let dc = doctor_cmd();
+    let d = doctor_report(output_settled(as_nobody(&bin, &dc)));
+    if doctor_check(&d, "user_namespace")["available"] != true {
         skip!(
             "unprivileged_namespaces_go_through_a_user_namespace_where_the_kernel_allows: {}",
-            check(&d, "user_namespace")["detail"]
+            doctor_check(&d, "user_namespace")["detail"]
         );
         return;
     }
     assert_eq!(
-        check(&d, "no_network")["mechanism"],
+        doctor_check(&d, "no_network")["mechanism"],
         "user_and_network_namespace"
     );
     assert_eq!(
-        check(&d, "pid_namespace")["mechanism"],
+        doctor_check(&d, "pid_namespace")["mechanism"],
         "user_and_pid_namespace"
     );
     let probe = ["sh", "-c", "echo ns_pid=$$ uid=$(id -u); cat /sys/class/net/*/operstate 2>/dev/null | tr '\\n' ' '; ls /sys/class/net"];
@@ -344,7 +314,7 @@ fn unprivileged_namespaces_go_through_a_user_namespace_where_the_kernel_allows()
         &e.approve_cmd(&["--no-network", "--pid-namespace"], &probe),
     ));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r = finish_run(output_settled(as_nobody(&bin, &e.run_cmd(&[], &probe))));
+    let r = run_as_nobody(&bin, &e.run_cmd(&[], &probe));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let iso = &r.predicate()["isolation"];
     assert_eq!(
@@ -360,10 +330,10 @@ fn unprivileged_namespaces_go_through_a_user_namespace_where_the_kernel_allows()
 #[test]
 fn doctor_reports_every_limit_of_a_lease_and_why_one_cannot_be_set() {
     let e = Env::new();
-    let d = doctor_json(cmd().args(["doctor", "--json"]));
+    let d = doctor_report(output(doctor_cmd()));
     // CONTRACT §9: a memory cgroup where one can be made, else RLIMIT_AS
-    // (tests/it/resources.rs checks which one against `run`).
-    let mem = check(&d, "memory");
+    // (tests/it/process/resources.rs checks which one against `run`).
+    let mem = doctor_check(&d, "memory");
     assert!(
         ["memory_cgroup_v2", "memory_cgroup_v1", "rlimit_as"]
             .iter()
@@ -377,7 +347,7 @@ fn doctor_reports_every_limit_of_a_lease_and_why_one_cannot_be_set() {
         ("wall_time", "deadline"),
         ("output_cap", "drain_count"),
     ] {
-        let c = check(&d, name);
+        let c = doctor_check(&d, name);
         assert_eq!(c["mechanism"], mechanism, "{c}");
     }
     if !is_root() {
@@ -403,7 +373,7 @@ fn doctor_reports_every_limit_of_a_lease_and_why_one_cannot_be_set() {
         String::from_utf8_lossy(&o.stderr)
     );
     let d: Value = serde_json::from_slice(&o.stdout).expect("doctor --json");
-    let c = check(&d, "open_files");
+    let c = doctor_check(&d, "open_files");
     assert_eq!(c["available"], false, "{c}");
     assert!(c["detail"].as_str().unwrap_or("").contains("64"), "{c}");
 }

@@ -59,19 +59,18 @@ fn a_lease_from_an_earlier_release_still_verifies() {
     // old lease's signed bytes intact.
     let ws = t.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
-    let o = output(
-        cmd()
-            .arg("approve")
-            .arg("--goal")
-            .arg(t.path().join("goal.json"))
-            .arg("--workspace")
-            .arg(&ws)
-            .arg("--manifest")
-            .arg(t.path().join("manifest.json"))
-            .arg("--key")
-            .arg(t.path().join("approver.key"))
-            .args(["--", "true"]),
+    let (goal, manifest, key) = (
+        t.path().join("goal.json"),
+        t.path().join("manifest.json"),
+        t.path().join("approver.key"),
     );
+    let files = ApproveFiles {
+        goal: &goal,
+        workspace: &ws,
+        manifest: &manifest,
+        key: &key,
+    };
+    let o = output(approve_cmd_with(files, &[], &["true"]));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let m: Value =
         serde_json::from_slice(&std::fs::read(t.path().join("manifest.json")).unwrap()).unwrap();
@@ -748,32 +747,18 @@ fn the_default_state_dir_falls_back_in_order() {
     e.approve(&["--uses", "3"], &["true"]);
     let (a, b, home) = (e.path("a"), e.path("b"), e.path("home"));
     let run = |envs: &[(&str, &Path)]| {
-        let mut c = cmd();
-        c.arg("run")
-            .arg("--goal")
-            .arg(&e.goal)
-            .arg("--manifest")
-            .arg(&e.manifest)
-            .arg("--trust")
-            .arg(&e.trust)
-            .args(["--", "true"])
-            .env_remove("GOVERNED_EXEC_STATE_DIR")
-            .env_remove("XDG_STATE_HOME");
+        let mut c = run_cmd_default_state(e.files(), &home, &[], &["true"]);
         for (k, v) in envs {
             c.env(k, v);
         }
         let r = finish_run(output(c));
         assert_eq!(r.code, 0, "{}", r.stderr);
     };
-    run(&[
-        ("GOVERNED_EXEC_STATE_DIR", &a),
-        ("XDG_STATE_HOME", &b),
-        ("HOME", &home),
-    ]);
+    run(&[("GOVERNED_EXEC_STATE_DIR", &a), ("XDG_STATE_HOME", &b)]);
     assert!(a.join("runner.key").exists() && a.join("journal").exists());
-    run(&[("XDG_STATE_HOME", &b), ("HOME", &home)]);
+    run(&[("XDG_STATE_HOME", &b)]);
     assert!(b.join("governed-exec/runner.key").exists());
-    run(&[("HOME", &home)]);
+    run(&[]);
     assert!(home.join(".local/state/governed-exec/runner.key").exists());
     // Each counted one use in its own journal.
     for d in [
@@ -804,18 +789,13 @@ fn several_goals_share_a_state_dir_without_sharing_state() {
     )
     .unwrap();
     // The second goal's lease, in the same manifest.
-    let mut c = cmd();
-    c.arg("approve")
-        .arg("--goal")
-        .arg(&g2)
-        .arg("--workspace")
-        .arg(&e.ws)
-        .arg("--manifest")
-        .arg(&e.manifest)
-        .arg("--key")
-        .arg(&e.key)
-        .args(["--uses", "2", "--", "true"]);
-    assert!(output(c).status.success());
+    let other = ApproveFiles {
+        goal: &g2,
+        ..e.approve_files()
+    };
+    assert!(output(approve_cmd_with(other, &["--uses", "2"], &["true"]))
+        .status
+        .success());
     // Goal t gets an unknown outcome; goal "other" is not blocked by it.
     let r = finish_run(output(
         e.run_cmd(&[], &["true"])

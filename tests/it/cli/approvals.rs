@@ -443,57 +443,52 @@ pid_namespace = true
 
     let cli_manifest = e.path("cli-manifest.json");
     let out_dir = e.path("out");
-    let mut c = cmd();
-    c.arg("approve")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--workspace")
-        .arg(&e.ws)
-        .arg("--manifest")
-        .arg(&cli_manifest)
-        .arg("--key")
-        .arg(&e.key)
-        .args([
-            "--approver",
-            "alice",
-            "--cwd",
-            "sub",
-            "--profile",
-            "short",
-            "--ttl",
-            "2h",
-            "--uses",
-            "3",
-        ])
-        .args([
-            "--wall-time",
-            "7s",
-            "--kill-grace",
-            "1s",
-            "--cpu-time",
-            "9s",
-            "--memory",
-            "300MiB",
-        ])
-        .args([
-            "--max-processes",
-            "64",
-            "--max-open-files",
-            "100",
-            "--max-file-size",
-            "1048576",
-        ])
-        .args([
-            "--keep-output",
-            "4KiB",
-            "--output-cap",
-            "1MiB",
-            "--cancel-grace",
-            "3s",
-        ])
-        .args(["--env", "B=two words", "--env", "A=1", "--fs-write"])
-        .arg(&out_dir)
-        .args(["--pid-namespace", "--", "echo", "a b", "$(x); |"]);
+    let files = ApproveFiles {
+        manifest: &cli_manifest,
+        ..e.approve_files()
+    };
+    let mut c = approve_cmd_with(files, &[], &[]);
+    c.args([
+        "--approver",
+        "alice",
+        "--cwd",
+        "sub",
+        "--profile",
+        "short",
+        "--ttl",
+        "2h",
+        "--uses",
+        "3",
+    ])
+    .args([
+        "--wall-time",
+        "7s",
+        "--kill-grace",
+        "1s",
+        "--cpu-time",
+        "9s",
+        "--memory",
+        "300MiB",
+    ])
+    .args([
+        "--max-processes",
+        "64",
+        "--max-open-files",
+        "100",
+        "--max-file-size",
+        "1048576",
+    ])
+    .args([
+        "--keep-output",
+        "4KiB",
+        "--output-cap",
+        "1MiB",
+        "--cancel-grace",
+        "3s",
+    ])
+    .args(["--env", "B=two words", "--env", "A=1", "--fs-write"])
+    .arg(&out_dir)
+    .args(["--pid-namespace", "--", "echo", "a b", "$(x); |"]);
     let o = output(c);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let m: Value = serde_json::from_slice(&std::fs::read(&cli_manifest).unwrap()).unwrap();
@@ -532,19 +527,11 @@ fn prune_revokes_the_leases_no_entry_approves_any_more() {
         DEFAULT_GOAL.replace("\"id\": \"t\"", "\"id\": \"other\""),
     )
     .unwrap();
-    let o = output(
-        cmd()
-            .arg("approve")
-            .arg("--goal")
-            .arg(&other_goal)
-            .arg("--workspace")
-            .arg(&e.ws)
-            .arg("--manifest")
-            .arg(&e.manifest)
-            .arg("--key")
-            .arg(&e.key)
-            .args(["--", "echo", "other"]),
-    );
+    let files = ApproveFiles {
+        goal: &other_goal,
+        ..e.approve_files()
+    };
+    let o = output(approve_cmd_with(files, &[], &["echo", "other"]));
     assert!(o.status.success(), "{}", text(&o.stderr));
     let other = text(&o.stdout).trim().to_string();
 

@@ -299,36 +299,24 @@ fn approve_and_run_with_keys(
     approver_pub: &Path,
     runner_key: &Path,
 ) -> PathBuf {
-    let mut c = cmd();
-    c.arg("approve")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--workspace")
-        .arg(&e.ws)
-        .arg("--manifest")
-        .arg(&e.manifest)
-        .arg("--key")
-        .arg(approver_key)
-        .args(["--", "true"]);
-    let o = output(c);
+    let approve = ApproveFiles {
+        key: approver_key,
+        ..e.approve_files()
+    };
+    let o = output(approve_cmd_with(approve, &[], &["true"]));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let receipt = e.path("r.json");
-    let mut c = cmd();
-    c.arg("run")
-        .arg("--goal")
-        .arg(&e.goal)
-        .arg("--manifest")
-        .arg(&e.manifest)
-        .arg("--trust")
-        .arg(approver_pub)
-        .arg("--key")
-        .arg(runner_key)
-        .arg("--state-dir")
-        .arg(&e.state)
-        .arg("--receipt")
-        .arg(&receipt)
-        .args(["--", "true"]);
-    let o = output(c);
+    let run = RunFiles {
+        trust: approver_pub,
+        ..e.files()
+    };
+    let flags = [
+        "--key",
+        runner_key.to_str().unwrap(),
+        "--receipt",
+        receipt.to_str().unwrap(),
+    ];
+    let o = output(run_cmd_with(run, &flags, &["true"]));
     assert_eq!(
         o.status.code(),
         Some(0),

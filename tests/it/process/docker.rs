@@ -9,7 +9,7 @@
 //! nothing is pulled. Each test runs one container whose shell approves
 //! (identities are per container: the image's files get a new device in
 //! every container) and then `exec`s governed-exec, which becomes PID 1.
-//! Without a daemon every test says SKIP loudly; tests/it/containers.rs
+//! Without a daemon every test says SKIP loudly; tests/it/process/containers.rs
 //! covers the same logic by simulation.
 
 use std::path::{Path, PathBuf};
@@ -140,9 +140,10 @@ macro_rules! require_docker {
     };
 }
 
-/// A host directory mounted at /work (goal, approver key, workspace, state).
+/// A test [`Env`] (goal, approver key, workspace, state) mounted at /work:
+/// its layout is the one APPROVE and RUN name below.
 struct Volume {
-    dir: tempfile::TempDir,
+    env: Env,
     image: String,
 }
 
@@ -152,44 +153,33 @@ const GOAL: &str = r#"{ "schema": "governed-exec/goal/v1", "id": "docker", "revi
 impl Volume {
     fn new(image: &str) -> Volume {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir(dir.path().join("ws")).expect("ws");
-        std::fs::create_dir(dir.path().join("state")).expect("state");
-        std::fs::write(dir.path().join("goal.json"), GOAL).expect("goal");
-        let o = output(
-            cmd()
-                .arg("keygen")
-                .arg("--out")
-                .arg(dir.path().join("approver")),
-        );
-        assert!(o.status.success());
-        // `--user 1000` must be able to write the workspace and state.
-        for p in [
-            dir.path().to_path_buf(),
-            dir.path().join("ws"),
-            dir.path().join("state"),
+        let env = Env::new();
+        env.set_goal(GOAL);
+        std::fs::create_dir(&env.state).expect("state");
+        // `--user 1000` must be able to write the workspace and state, and
+        // read the approver key.
+        for (p, mode) in [
+            (env.dir.path(), 0o777),
+            (&env.ws, 0o777),
+            (&env.state, 0o777),
+            (&env.key, 0o644),
         ] {
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
         }
-        std::fs::set_permissions(
-            dir.path().join("approver.key"),
-            std::fs::Permissions::from_mode(0o644),
-        )
-        .expect("chmod");
         Volume {
-            dir,
+            env,
             image: image.to_string(),
         }
     }
 
     fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
+        self.env.path(rel)
     }
 
     /// `docker run` flags + a shell script ending in `exec governed-exec …`.
     fn args(&self, flags: &[&str], script: &str) -> Vec<String> {
         let mut a: Vec<String> = ["run", "--rm", "-v"].map(String::from).to_vec();
-        a.push(format!("{}:/work", self.dir.path().display()));
+        a.push(format!("{}:/work", self.env.dir.path().display()));
         a.extend(flags.iter().map(|s| s.to_string()));
         a.extend(["--entrypoint", "/bin/sh", &self.image, "-c", script].map(String::from));
         a
@@ -222,6 +212,16 @@ impl Volume {
 
 const APPROVE: &str = "governed-exec approve --goal /work/goal.json --workspace /work/ws --manifest /work/manifest.json --key /work/approver.key";
 const RUN: &str = "governed-exec run --goal /work/goal.json --manifest /work/manifest.json --trust /work/approver.pub --state-dir /work/state";
+
+/// The script most tests run in the container: approve `sh -c CHILD` with
+/// `flags`, then `exec` the run of it (governed-exec is PID 1) with its
+/// receipt at /work/RECEIPT.
+fn approve_then_run(flags: &[&str], child: &str, receipt: &str) -> String {
+    let flags = flags.join(" ");
+    format!(
+        "{APPROVE} {flags} -- sh -c '{child}' 2>/dev/null && exec {RUN} --receipt /work/{receipt} -- sh -c '{child}'"
+    )
+}
 
 fn text(o: &Output) -> String {
     format!(
@@ -305,9 +305,7 @@ fn pids_limit_is_the_named_mechanism_and_bounds_a_fork_storm() {
     // Sleeps long enough that they pile up however slowly a loaded machine
     // forks (with `sleep 3` they could end before the 64th fork under load).
     let storm = "i=0; while [ $i -lt 150 ]; do sleep 30 & i=$((i+1)); done; wait; echo storm-over";
-    let script = format!(
-        "{APPROVE} -- sh -c '{storm}' 2>/dev/null && exec {RUN} --receipt /work/receipt.json -- sh -c '{storm}'"
-    );
+    let script = approve_then_run(&[], storm, "receipt.json");
     let o = b.run(&["--pids-limit", "64"], &script);
     let p = b.receipt("receipt.json")["predicate"].clone();
     assert_eq!(p["process_limit"]["mechanism"], "enclosing_pids_max", "{p}");
@@ -342,13 +340,12 @@ fn docker_stop_cancels_a_child_ignoring_sigterm_with_exit_143() {
     let image = require_docker!("docker_stop_cancels_a_child_ignoring_sigterm_with_exit_143");
     let b = Volume::new(&image);
     let child = "trap \"\" TERM; (sh -c \"trap \\\"\\\" TERM; while :; do sleep 1; done\" &); echo up > /work/started; while :; do sleep 1; done";
-    let script = format!(
-        "{APPROVE} --max-processes unlimited -- sh -c '{child}' 2>/dev/null && exec {RUN} --receipt /work/receipt.json -- sh -c '{child}'"
-    );
+    let script = approve_then_run(&["--max-processes", "unlimited"], child, "receipt.json");
     let name = format!(
         "ge-stop-{}-{}",
         std::process::id(),
-        b.dir
+        b.env
+            .dir
             .path()
             .file_name()
             .unwrap()
@@ -405,9 +402,7 @@ fn orphans_are_reaped_while_governed_exec_is_pid_1() {
     // Orphans that exit during the run: governed-exec (PID 1 and subreaper)
     // must reap them at once, not leave zombies until the end.
     let child = "for i in 1 2 3 4 5; do (sleep 0.1 &); done; sleep 1; echo zombies=$(cat /proc/[0-9]*/stat | awk \"\\$3 == \\\"Z\\\"\" | wc -l)";
-    let script = format!(
-        "{APPROVE} --max-processes unlimited -- sh -c '{child}' 2>/dev/null && exec {RUN} --receipt /work/receipt.json -- sh -c '{child}'"
-    );
+    let script = approve_then_run(&["--max-processes", "unlimited"], child, "receipt.json");
     let o = b.run(&[], &script);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let p = b.receipt("receipt.json")["predicate"].clone();

@@ -336,14 +336,7 @@ fn approve_warns_when_receipts_will_not_verify_here_and_verify_names_the_fix_fir
 
 #[test]
 fn a_scoped_lease_gets_no_warning_and_its_receipt_verifies() {
-    let doctor: serde_json::Value =
-        serde_json::from_slice(&output(cmd().arg("doctor").arg("--json")).stdout).unwrap();
-    let landlock = doctor["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|c| c["name"] == "landlock" && c["available"] == true);
-    if !landlock {
+    if !doctor_available("landlock") {
         skip!("the kernel offers no Landlock: --fs-write-scope cannot be enforced here");
         return;
     }
@@ -453,7 +446,7 @@ fn a_ledger_dir_a_runner_uid_cannot_use_is_reported_as_such_and_ledger_owner_fix
     let denied = format!(
         "{l} is owned by uid 0 gid 0 with mode 0700, and uid 65534 (gid 65534) cannot enter it"
     );
-    let r = finish_run(output_settled(as_nobody(&bin, &e.run_cmd(&[], &["true"]))));
+    let r = run_as_nobody(&bin, &e.run_cmd(&[], &["true"]));
     r.assert_refused("ledger_unavailable");
     assert!(r.stderr.contains(&denied), "{}", r.stderr);
     assert!(!r.stderr.contains("mounted"), "{}", r.stderr);
@@ -481,7 +474,7 @@ fn a_ledger_dir_a_runner_uid_cannot_use_is_reported_as_such_and_ledger_owner_fix
     );
     let c = ledger_check(&bin, &ledger);
     assert_eq!(c["available"], true, "{c}");
-    let r = finish_run(output_settled(as_nobody(&bin, &e.run_cmd(&[], &["true"]))));
+    let r = run_as_nobody(&bin, &e.run_cmd(&[], &["true"]));
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.predicate()["ledger"], l);
 }
@@ -501,10 +494,7 @@ fn a_state_dir_the_runner_cannot_write_names_owner_mode_and_uid() {
         state: &state,
         ..e.files()
     };
-    let r = finish_run(output_settled(as_nobody(
-        &bin,
-        &run_cmd_with(files, &[], &["true"]),
-    )));
+    let r = run_as_nobody(&bin, &run_cmd_with(files, &[], &["true"]));
     assert_eq!(r.code, 125, "{}", r.stderr);
     let want = format!(
         "{} is owned by uid 0 gid 0 with mode 0755, and uid 65534 (gid 65534) cannot write in it",
@@ -522,14 +512,7 @@ fn the_key_guard_holds_when_the_state_dir_is_under_a_directory_the_runner_cannot
         return;
     }
     let (e, bin) = unprivileged_env();
-    let doctor: serde_json::Value =
-        serde_json::from_slice(&output(cmd().arg("doctor").arg("--json")).stdout).unwrap();
-    let landlock = doctor["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|c| c["name"] == "landlock" && c["available"] == true);
-    if !landlock {
+    if !doctor_available("landlock") {
         skip!("no Landlock in this kernel: the key guard is Landlock's");
         return;
     }
@@ -557,10 +540,7 @@ fn the_key_guard_holds_when_the_state_dir_is_under_a_directory_the_runner_cannot
         state: &state,
         ..e.files()
     };
-    let r = finish_run(output_settled(as_nobody(
-        &bin,
-        &run_cmd_with(files, &[], &["true"]),
-    )));
+    let r = run_as_nobody(&bin, &run_cmd_with(files, &[], &["true"]));
     assert_eq!(r.code, 0, "{}", r.stderr);
     let signing = &r.predicate()["signing"];
     assert_eq!(signing["key_out_of_child_reach"], true, "{signing}");

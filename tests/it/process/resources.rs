@@ -13,25 +13,14 @@ use crate::support::*;
 
 const MIB: u64 = 1024 * 1024;
 
-fn doctor_check(extra: Option<&dyn Fn(&Command) -> Command>, name: &str) -> Value {
-    let mut c = cmd();
-    c.args(["doctor", "--json"]);
-    let o = match extra {
+/// The check `name` of `doctor --json`, run as `wrap` makes it (or as is).
+fn doctor_check_of(wrap: Option<&dyn Fn(&Command) -> Command>, name: &str) -> Value {
+    let c = doctor_cmd();
+    let d = doctor_report(match wrap {
         Some(wrap) => output(wrap(&c)),
         None => output(c),
-    };
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: Value = serde_json::from_slice(&o.stdout).expect("doctor --json");
-    v["checks"]
-        .as_array()
-        .and_then(|a| a.iter().find(|c| c["name"] == name))
-        .cloned()
-        .unwrap_or_else(|| panic!("doctor has no {name} check: {v}"))
+    });
+    doctor_check(&d, name).clone()
 }
 
 /// The memory cgroup mechanism `run` will use here, or SKIP with doctor's
@@ -41,7 +30,7 @@ fn memory_cgroup(test: &str) -> Option<String> {
         skip!("{test}: needs root to make a per-run memory cgroup");
         return None;
     }
-    let c = doctor_check(None, "memory");
+    let c = doctor_check_of(None, "memory");
     match c["mechanism"].as_str() {
         Some(m) if m.starts_with("memory_cgroup_") => Some(m.to_string()),
         _ => {
@@ -344,13 +333,13 @@ fn a_readonly_cgroupfs_falls_back_to_rlimit_as_and_rusage_and_doctor_agrees() {
     }
 
     let wrap = |c: &Command| in_readonly_cgroupfs(c);
-    let mem = doctor_check(Some(&wrap), "memory");
+    let mem = doctor_check_of(Some(&wrap), "memory");
     assert_eq!(mem["mechanism"], "rlimit_as", "{mem}");
     assert!(
         mem["detail"].as_str().unwrap_or("").contains("RLIMIT_AS"),
         "{mem}"
     );
-    let acc = doctor_check(Some(&wrap), "resource_accounting");
+    let acc = doctor_check_of(Some(&wrap), "resource_accounting");
     assert_eq!(acc["mechanism"], "rusage", "{acc}");
 }
 
@@ -360,13 +349,13 @@ fn doctor_names_the_memory_mechanism_run_uses() {
     let probe = ["true"];
     let r = approve_and_run(&e, &["--memory", "256MiB"], &probe);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let mem = doctor_check(None, "memory");
+    let mem = doctor_check_of(None, "memory");
     assert_eq!(
         mem["mechanism"],
         r.predicate()["isolation"]["memory_limit"],
         "{mem}"
     );
-    let acc = doctor_check(None, "resource_accounting");
+    let acc = doctor_check_of(None, "resource_accounting");
     assert_eq!(acc["mechanism"], resources(&r)["mechanism"], "{acc}");
 }
 
@@ -536,7 +525,7 @@ fn a_non_root_runner_without_a_delegated_cgroup_falls_back_and_doctor_agrees() {
         &e.approve_cmd(&["--memory", "512MiB"], &probe),
     ));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let r = finish_run(output_settled(as_nobody(&bin, &e.run_cmd(&[], &probe))));
+    let r = run_as_nobody(&bin, &e.run_cmd(&[], &probe));
     assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
     let p = r.predicate();
     assert_eq!(

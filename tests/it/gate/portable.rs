@@ -176,7 +176,7 @@ fn a_local_ledger_the_lease_names_counts_uses_across_state_dirs_and_keeps_revoca
     );
     // Another state dir: the ledger still says the one use is spent.
     let other_state = e.path("state2");
-    let r = finish_run(output(crate::ledger_pg::run_cmd_in(
+    let r = finish_run(output(crate::ledger::pg::run_cmd_in(
         &e,
         &other_state,
         &[],
@@ -305,4 +305,29 @@ fn an_old_manifest_copy_cannot_bring_back_a_superseded_lease() {
         "{}",
         r.stderr
     );
+}
+
+/// A portable lease binds where in the workspace its executable is, not only
+/// its bytes: the same bytes reached at another workspace path (the
+/// `./tool` symlink re-pointed from `bin/real` to an identical `lib/real`)
+/// are drift, zero spawn.
+#[test]
+fn a_portable_lease_refuses_the_same_bytes_at_another_workspace_path() {
+    let e = Env::new();
+    for d in ["bin", "lib"] {
+        std::fs::create_dir(e.ws.join(d)).unwrap();
+        e.write_script(&format!("{d}/real"), "#!/bin/sh\necho ran > ran.txt\n");
+    }
+    let tool = e.ws.join("tool");
+    std::os::unix::fs::symlink("bin/real", &tool).unwrap();
+    e.approve(&["--portable", "--uses", "2"], &["./tool"]);
+    let ws = ["--workspace", e.ws.to_str().unwrap()];
+    assert_eq!(e.run(&ws, &["./tool"]).class(), "exited", "as approved");
+    std::fs::remove_file(e.ws.join("ran.txt")).unwrap();
+    std::fs::remove_file(&tool).unwrap();
+    std::os::unix::fs::symlink("lib/real", &tool).unwrap();
+    let r = e.run(&ws, &["./tool"]);
+    r.assert_refused("executable_drift");
+    assert!(r.stderr.contains("path differs"), "{}", r.stderr);
+    assert!(!e.ws.join("ran.txt").exists(), "a refused run spawned");
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::interop::interop_python;
+use crate::evidence::interop::interop_python;
 use crate::support::*;
 
 fn example(rel: &str) -> PathBuf {
