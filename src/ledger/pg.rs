@@ -273,31 +273,41 @@ impl PgLedger {
                 &[&goal_id],
             )
             .map_err(|e| self.unavailable("read", cause(&e)))?;
+        let rows: Vec<StoredRow> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
         let entries = check_rows(&self.target, goal_id, &rows, next_seq, &last)?;
         Ok((next_seq, last, entries))
     }
 }
 
-fn check_rows(
+/// One stored record row as read: `(seq, digest, line)`.
+pub(crate) type StoredRow = (i64, String, String);
+
+/// The records of a Goal's rows, when every row's line continues the chain
+/// and its stored `seq` and `digest` are the line's, and the head row
+/// (`next_seq`, `last`) names the last of them. Rows are what a holder of
+/// the database's credentials can write (fuzzed by
+/// `testing::fuzzing::pg_rows`).
+pub(crate) fn check_rows(
     target: &PgTarget,
     goal_id: &str,
-    rows: &[postgres::Row],
+    rows: &[StoredRow],
     next_seq: i64,
     last: &str,
 ) -> Result<Vec<Entry>, LedgerError> {
     let label = PathBuf::from(format!("{target} goal {goal_id:?}"));
     let mut bytes = Vec::new();
-    for r in rows {
-        let line: String = r.get(2);
+    for (_, _, line) in rows {
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');
     }
     let entries =
         journal::parse_chain(&label, &bytes).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-    for (e, r) in entries.iter().zip(rows) {
-        let seq: i64 = r.get(0);
-        let digest: String = r.get(1);
-        if i64::try_from(e.record.seq).ok() != Some(seq) || e.digest != digest {
+    for (e, (seq, digest, _)) in entries.iter().zip(rows) {
+        let seq = *seq;
+        if i64::try_from(e.record.seq).ok() != Some(seq) || e.digest != *digest {
             return Err(LedgerError::Corrupt(format!(
                 "{}: record {seq}: stored digest or sequence does not match its line",
                 label.display()
@@ -687,6 +697,11 @@ fn service_entries(service: &str) -> BTreeMap<String, String> {
     let Some(text) = file.and_then(|f| std::fs::read_to_string(f).ok()) else {
         return BTreeMap::new();
     };
+    service_section(&text, service)
+}
+
+/// The `[service]` section of a service file's text, `key=value` each.
+pub(crate) fn service_section(text: &str, service: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let mut inside = false;
     for line in text.lines().map(str::trim) {
@@ -712,7 +727,15 @@ fn pgpass(t: &PgTarget, user: &str) -> Option<String> {
         .or_else(|| home().map(|h| h.join(".pgpass")))?;
     let text = std::fs::read_to_string(file).ok()?;
     let port = t.port.to_string();
-    let want = [t.host.as_str(), port.as_str(), t.dbname.as_str(), user];
+    pgpass_lookup(
+        &text,
+        [t.host.as_str(), port.as_str(), t.dbname.as_str(), user],
+    )
+}
+
+/// The password of the first line of a `.pgpass` text whose host, port,
+/// database and user fields match `want` (`*` matches anything).
+pub(crate) fn pgpass_lookup(text: &str, want: [&str; 4]) -> Option<String> {
     for line in text.lines() {
         if line.starts_with('#') {
             continue;
