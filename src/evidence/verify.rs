@@ -198,8 +198,19 @@ pub fn fuzz_verify_envelope(data: &[u8]) {
 /// `verify` without files (fuzzing entry): goal bytes, receipt bytes, key.
 /// An unreadable goal is a `NOT_VERIFIED` here.
 pub fn judge_bytes(goal: &[u8], receipt: &[u8], trust: &ed25519_dalek::VerifyingKey) -> Verdict {
+    judge_bytes_with(goal, receipt, trust, None)
+}
+
+/// [`judge_bytes`] with a ledger to cross-check the receipt against, as
+/// `verify --state-dir|--ledger` does (fuzzing entry).
+pub fn judge_bytes_with(
+    goal: &[u8],
+    receipt: &[u8],
+    trust: &ed25519_dalek::VerifyingKey,
+    ledger: Option<&dyn crate::ledger::Ledger>,
+) -> Verdict {
     match goal::from_bytes("goal", goal) {
-        Ok(g) => judge(&g, receipt, trust, None),
+        Ok(g) => judge(&g, receipt, trust, ledger),
         Err(e) => not_verified(format!("goal: {e}")),
     }
 }

@@ -153,7 +153,7 @@ pub fn load_for(
 }
 
 /// `STATE/manifest-index/` + a digest of the manifest's canonical path.
-fn index_path(state_dir: &Path, manifest: &Path) -> Option<PathBuf> {
+pub(crate) fn index_path(state_dir: &Path, manifest: &Path) -> Option<PathBuf> {
     let canonical = std::fs::canonicalize(manifest).ok()?;
     let digest = Sha256::digest(canonical.as_os_str().as_encoded_bytes());
     Some(
@@ -164,7 +164,7 @@ fn index_path(state_dir: &Path, manifest: &Path) -> Option<PathBuf> {
 }
 
 /// Device, inode, size, mtime and ctime, as one line of text.
-fn stamp(m: &Metadata) -> String {
+pub(crate) fn stamp(m: &Metadata) -> String {
     format!(
         "{} {} {} {}.{:09} {}.{:09}",
         m.dev(),

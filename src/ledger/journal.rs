@@ -31,7 +31,7 @@ pub const JOURNAL_VERSION: u32 = 1;
 /// Version of the checkpoint. 2: a `result` whose class is `unknown` keeps
 /// its attempt open. 3: bound to the chain by its head record, no prefix
 /// hash (older checkpoints are not trusted, and are replaced).
-const CHECKPOINT_VERSION: u32 = 3;
+pub(crate) const CHECKPOINT_VERSION: u32 = 3;
 /// The largest record whose end `record_ending_at` will look for.
 const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
 const CHECKPOINT_EVERY: usize = 16;
@@ -314,7 +314,8 @@ pub struct Checkpoint {
 pub const MAX_CHECKPOINT_BYTES: u64 = 16 * 1024 * 1024;
 
 impl Checkpoint {
-    fn mac_input(&self) -> Vec<u8> {
+    /// What the MAC covers (fuzzing MACs its checkpoints with it).
+    pub(crate) fn mac_input(&self) -> Vec<u8> {
         let mut m = format!(
             "governed-exec/checkpoint\n{}\n{}\n{}\n",
             self.v, self.len, self.lines

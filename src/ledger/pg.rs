@@ -291,17 +291,18 @@ impl PgLedger {
 }
 
 /// One row of `governed_exec_records`: its columns as stored, each of which
-/// a holder of the database can edit on its own.
-struct StoredRow {
-    seq: i64,
-    digest: String,
-    line: String,
+/// a holder of the database can edit on its own (fuzzed by
+/// `testing::fuzzing::pg_rows`).
+pub(crate) struct StoredRow {
+    pub(crate) seq: i64,
+    pub(crate) digest: String,
+    pub(crate) line: String,
 }
 
 /// The rows of a Goal's chain, checked: the lines re-parsed as one chain,
 /// each row's stored `seq` and `digest` equal to its line's, and the head
 /// row naming the last record.
-fn check_rows(
+pub(crate) fn check_rows(
     target: &PgTarget,
     goal_id: &str,
     rows: &[StoredRow],
@@ -708,6 +709,11 @@ fn service_entries(service: &str) -> BTreeMap<String, String> {
     let Some(text) = file.and_then(|f| std::fs::read_to_string(f).ok()) else {
         return BTreeMap::new();
     };
+    service_section(&text, service)
+}
+
+/// The `[service]` section of a service file's text, `key=value` each.
+pub(crate) fn service_section(text: &str, service: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let mut inside = false;
     for line in text.lines().map(str::trim) {
@@ -733,7 +739,15 @@ fn pgpass(t: &PgTarget, user: &str) -> Option<String> {
         .or_else(|| home().map(|h| h.join(".pgpass")))?;
     let text = std::fs::read_to_string(file).ok()?;
     let port = t.port.to_string();
-    let want = [t.host.as_str(), port.as_str(), t.dbname.as_str(), user];
+    pgpass_lookup(
+        &text,
+        [t.host.as_str(), port.as_str(), t.dbname.as_str(), user],
+    )
+}
+
+/// The password of the first line of a `.pgpass` text whose host, port,
+/// database and user fields match `want` (`*` matches anything).
+pub(crate) fn pgpass_lookup(text: &str, want: [&str; 4]) -> Option<String> {
     for line in text.lines() {
         if line.starts_with('#') {
             continue;
