@@ -262,15 +262,17 @@ pub fn report() -> Report {
     ));
     checks.push(check(
         "enclosing_pids_max",
-        cgroup::enclosing_pids_max().map(|(n, file)| {
-            (
-                "enclosing_pids_max".into(),
-                format!(
-                    "{} = {n}: used for a lease whose max_processes is at least {n}",
-                    file.display()
-                ),
-            )
-        }),
+        cgroup::enclosing_pids_max()
+            .map(|(n, file)| {
+                (
+                    "enclosing_pids_max".into(),
+                    format!(
+                        "{} = {n}: used for a lease whose max_processes is at least {n}",
+                        file.display()
+                    ),
+                )
+            })
+            .map_err(|e| e.to_string()),
     ));
     let process_limit_by_profile = [Profile::Short, Profile::Standard, Profile::Long]
         .into_iter()

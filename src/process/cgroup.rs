@@ -30,6 +30,29 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+/// Why a group could not be limited or a limit read.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cannot write {file} in {}: {source}", dir.display())]
+    Write {
+        file: &'static str,
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("/sys/block is not readable")]
+    NoBlockDevices,
+    /// `blkio.throttle.write_bps_device` could not be written for these
+    /// disks (one `FILE DEV: error` each).
+    #[error("{}", .0.join(", "))]
+    BlkioRules(Vec<String>),
+    #[error("no pids.max is visible for this process's cgroup")]
+    NoPidsMax,
+    /// Every `pids.max` found (`FILE = VALUE` each) says `max`.
+    #[error("no enclosing pids.max is a number ({})", .0.join(", "))]
+    PidsMaxNotANumber(Vec<String>),
+}
+
 struct Group {
     dir: PathBuf,
     /// The v1 hierarchy's controllers (its mount options), empty for v2.
@@ -184,10 +207,10 @@ const BLKIO_ACCOUNTING_BPS: u64 = 1 << 50;
 
 /// Give every non-empty disk a never-reached throttle rule in `dir`, so the
 /// kernel accounts the group's IO on it. `Err` lists what failed.
-fn enable_blkio_accounting(dir: &Path) -> Result<(), String> {
+fn enable_blkio_accounting(dir: &Path) -> Result<(), CgroupError> {
     let mut failed = Vec::new();
     let Ok(rd) = fs::read_dir("/sys/block") else {
-        return Err("/sys/block is not readable".into());
+        return Err(CgroupError::NoBlockDevices);
     };
     for disk in rd.flatten() {
         let p = disk.path();
@@ -207,7 +230,7 @@ fn enable_blkio_accounting(dir: &Path) -> Result<(), String> {
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(failed.join(", "))
+        Err(CgroupError::BlkioRules(failed))
     }
 }
 
@@ -219,34 +242,31 @@ fn write_file(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
         .and_then(|mut f| f.write_all(value.as_bytes()))
 }
 
+/// Write `value` to `dir/file`, naming both if it fails.
+fn write_limit_file(dir: &Path, file: &'static str, value: &str) -> Result<(), CgroupError> {
+    write_file(dir, file, value).map_err(|source| CgroupError::Write {
+        file,
+        dir: dir.to_path_buf(),
+        source,
+    })
+}
+
 /// v2: `memory.max` = `bytes` and no swap (`memory.swap.max` 0 where the
 /// kernel accounts swap).
-fn limit_memory_v2(dir: &Path, bytes: u64) -> Result<(), String> {
-    write_file(dir, "memory.max", &bytes.to_string())
-        .map_err(|e| format!("cannot write memory.max in {}: {e}", dir.display()))?;
+fn limit_memory_v2(dir: &Path, bytes: u64) -> Result<(), CgroupError> {
+    write_limit_file(dir, "memory.max", &bytes.to_string())?;
     if dir.join("memory.swap.max").exists() {
-        write_file(dir, "memory.swap.max", "0")
-            .map_err(|e| format!("cannot write memory.swap.max in {}: {e}", dir.display()))?;
+        write_limit_file(dir, "memory.swap.max", "0")?;
     }
     Ok(())
 }
 
 /// v1: `memory.limit_in_bytes`, then `memory.memsw.limit_in_bytes` (memory
 /// + swap, so the run cannot spill into swap) where swap is accounted.
-fn limit_memory_v1(dir: &Path, bytes: u64) -> Result<(), String> {
-    write_file(dir, "memory.limit_in_bytes", &bytes.to_string()).map_err(|e| {
-        format!(
-            "cannot write memory.limit_in_bytes in {}: {e}",
-            dir.display()
-        )
-    })?;
+fn limit_memory_v1(dir: &Path, bytes: u64) -> Result<(), CgroupError> {
+    write_limit_file(dir, "memory.limit_in_bytes", &bytes.to_string())?;
     if dir.join("memory.memsw.limit_in_bytes").exists() {
-        write_file(dir, "memory.memsw.limit_in_bytes", &bytes.to_string()).map_err(|e| {
-            format!(
-                "cannot write memory.memsw.limit_in_bytes in {}: {e}",
-                dir.display()
-            )
-        })?;
+        write_limit_file(dir, "memory.memsw.limit_in_bytes", &bytes.to_string())?;
     }
     Ok(())
 }
@@ -362,7 +382,7 @@ impl RunCgroups {
                             } else {
                                 match limit_memory_v2(&g.dir, bytes) {
                                     Ok(()) => out.memory_kind = Some("memory_cgroup_v2"),
-                                    Err(e) => out.memory_notes.push(e),
+                                    Err(e) => out.memory_notes.push(e.to_string()),
                                 }
                             }
                         }
@@ -463,7 +483,7 @@ impl RunCgroups {
                         Err(e) => {
                             // A memory group without its limit is no use to
                             // the limit and must not pretend to be one.
-                            self.memory_notes.push(e);
+                            self.memory_notes.push(e.to_string());
                             continue;
                         }
                     }
@@ -649,7 +669,7 @@ fn write_limit(dir: &Path, max: u64) -> bool {
 /// A limit on an enclosing group bounds the run *and* governed-exec itself,
 /// so it is a valid bound for the run whenever it is no larger than the
 /// lease's; nothing is written, so a read-only cgroupfs is no obstacle.
-pub fn enclosing_pids_max() -> Result<(u64, PathBuf), String> {
+pub fn enclosing_pids_max() -> Result<(u64, PathBuf), CgroupError> {
     let mut best: Option<(u64, PathBuf)> = None;
     let mut seen = Vec::new();
     for (mount, fstype, opts, root) in cgroup_mounts() {
@@ -680,9 +700,9 @@ pub fn enclosing_pids_max() -> Result<(u64, PathBuf), String> {
     }
     best.ok_or_else(|| {
         if seen.is_empty() {
-            "no pids.max is visible for this process's cgroup".to_string()
+            CgroupError::NoPidsMax
         } else {
-            format!("no enclosing pids.max is a number ({})", seen.join(", "))
+            CgroupError::PidsMaxNotANumber(seen)
         }
     })
 }
@@ -740,6 +760,7 @@ mod tests {
         let empty = tempfile::tempdir().unwrap();
         assert!(limit_memory_v2(empty.path(), 1 << 30)
             .unwrap_err()
+            .to_string()
             .contains("memory.max"));
     }
 

@@ -69,7 +69,7 @@ pub fn choose(max: MaxProcesses, child_uid: u32, cgroups: &RunCgroups) -> Result
     why.push("the child runs as root, which RLIMIT_NPROC does not bind".into());
     why.push(match enclosing {
         Ok((e, file)) => format!("the enclosing {} = {e} is larger than {n}", file.display()),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     });
     Err(format!(
         "max_processes ({n}) cannot be enforced here: {}. Give the container `--pids-limit {n}` (or less), run the child as another uid (--as-user), or approve with --max-processes unlimited",
