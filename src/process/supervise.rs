@@ -683,7 +683,11 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         wall_ms,
         stdout.bytes.saturating_add(stderr.bytes),
     );
-    let main_oom_killed = kernel_log.and_then(|k| k.oom_killed(pid));
+    // Only a SIGKILL of the main process asks who the OOM killer killed
+    // (`run` reads this for nothing else): the log is not read otherwise.
+    let main_oom_killed = kernel_log
+        .filter(|_| signal == Some(libc::SIGKILL))
+        .and_then(|k| k.oom_killed(pid));
     Ok(RunResult::Ran(Box::new(Supervised {
         ending,
         exit_code,
@@ -735,7 +739,11 @@ fn read_signals(signals: &mut SignalFd, main: Pid) -> Option<i32> {
     while let Ok(Some(info)) = signals.read_signal() {
         let sig = info.ssi_signo as i32;
         if sig == libc::SIGCHLD {
-            reap_strays(main);
+            // Once the main process has exited, cleanup reaps everything
+            // next; a walk of /proc here would only repeat it.
+            if !main_has_exited(main) {
+                reap_strays(main);
+            }
         } else if cancel.is_none() {
             cancel = Some(sig);
         }
@@ -937,7 +945,15 @@ fn kill_all_and_confirm(main: Pid, count_as_leftovers: bool, cgroups: &RunCgroup
                 seen_alive.insert(node.pid);
             }
         }
-        reap_strays(main);
+        // Reap the direct children just found (not main): the walk above
+        // is the list a second walk would read.
+        let me = std::process::id() as i32;
+        for node in tree
+            .iter()
+            .filter(|n| n.ppid == me && n.pid != main.as_raw())
+        {
+            let _ = waitpid(Pid::from_raw(node.pid), Some(WaitPidFlag::WNOHANG));
+        }
         let main_done = main_has_exited(main);
         // The cgroups are a second, independent witness: a process that is
         // not in our tree but still in the run's cgroup is not gone.
