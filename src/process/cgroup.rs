@@ -426,7 +426,7 @@ impl RunCgroups {
                 let Some(own) = own_cgroups.path(|c| c.is_empty()) else {
                     continue;
                 };
-                let base = join_cgroup(&mount, &root, &own);
+                let base = join_cgroup(mount, root, &own);
                 match Group::create(base.join(&name), true, sweep, "") {
                     Ok(g) => {
                         // Read once: the controllers say what to limit here
@@ -481,8 +481,8 @@ impl RunCgroups {
                 let Some(own) = own_cgroups.path(|c| c.split(',').any(|x| x == "pids")) else {
                     continue;
                 };
-                let base = join_cgroup(&mount, &root, &own);
-                match Group::create(base.join(&name), false, sweep, &opts) {
+                let base = join_cgroup(mount, root, &own);
+                match Group::create(base.join(&name), false, sweep, opts) {
                     Ok(g) => match limit {
                         Some(n) if write_limit(&g.dir, n) => {
                             out.pids_kind = Some("pids_cgroup_v1");
@@ -777,13 +777,11 @@ pub fn enclosing_pids_max() -> Result<(u64, PathBuf), CgroupError> {
             }
         }
     }
-    best.ok_or_else(|| {
-        if seen.is_empty() {
-            CgroupError::NoPidsMax
-        } else {
-            CgroupError::PidsMaxNotANumber(seen)
-        }
-    })
+    match best {
+        Some(b) => Ok(b),
+        None if seen.is_empty() => Err(CgroupError::NoPidsMax),
+        None => Err(CgroupError::PidsMaxNotANumber(seen)),
+    }
 }
 
 /// Whether a pids hierarchy (v1 `pids` or v2) is mounted read-write here: a
@@ -827,7 +825,10 @@ mod tests {
         for (mount, fstype, opts, root) in &usual {
             let found = table.iter().find(|(m, t, _, _)| m == mount && t == fstype);
             let Some((_, _, real_opts, real_root)) = found else {
-                panic!("{} ({fstype}) is not a cgroup mount in mountinfo", mount.display());
+                panic!(
+                    "{} ({fstype}) is not a cgroup mount in mountinfo",
+                    mount.display()
+                );
             };
             assert_eq!(root, real_root, "{}", mount.display());
             if fstype == "cgroup" {
