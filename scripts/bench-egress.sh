@@ -96,6 +96,9 @@ awk -v d="$d" -v p="$p" 'BEGIN {
   gd = 1024 / (d / 1e6); gp = 1024 / (p / 1e6);
   printf "1 GiB download: direct %.0f MiB/s, through the proxy (whole governed run) %.0f MiB/s: %.2fx (target >= 0.9x) %s\n",
     gd, gp, gp / gd, (gp / gd >= 0.9) ? "HOLDS" : "MISSED" }'
+[ -z "${ROWS:-}" ] || awk -v d="$d" -v p="$p" 'BEGIN {
+  printf "| 1 GiB through the egress proxy >= 0.9x direct | %.2fx (%.0f vs %.0f MiB/s) | %s |\n",
+    d / p, 1024 / (p / 1e6), 1024 / (d / 1e6), (d / p >= 0.9) ? "yes" : "no" }' >> "$ROWS"
 
 an=() nn=()
 for _ in $(seq "$runs"); do
@@ -107,3 +110,6 @@ n=$(printf '%s\n' "${nn[@]}" | median)
 awk -v a="$a" -v n="$n" 'BEGIN {
   printf "per-run cost, no connection: --allow-net %.1f ms, --no-network %.1f ms: %.2fx (target <= 1.2x) %s\n",
     a / 1000, n / 1000, a / n, (a / n <= 1.2) ? "HOLDS" : "MISSED" }'
+[ -z "${ROWS:-}" ] || awk -v a="$a" -v n="$n" 'BEGIN {
+  printf "| --allow-net with no connection <= 1.2x --no-network | %.2fx (%.2f vs %.2f ms) | %s |\n",
+    a / n, a / 1000, n / 1000, (a / n <= 1.2) ? "yes" : "no" }' >> "$ROWS"

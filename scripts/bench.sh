@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Benchmarks (not timed tests). Builds the binary README's build gives users
-# (scripts/build-static.sh) and, for comparison, the dynamically linked
-# `cargo build --release` one, then prints every figure of issue 13 with its
-# ratio against the comparison command, measured side by side (interleaved,
-# medians) in one run, and a table saying which targets hold.
+# (scripts/build-static.sh), the floor of a governed run (benches/floor.rs,
+# linked the same static way) and, for comparison, the dynamically linked
+# `cargo build --release` one, then prints every figure of issues 13, 19,
+# 21 and 23 with its ratio against the comparison command, measured side by
+# side (interleaved, medians) in one run, and a table saying which targets
+# hold. bubblewrap is installed from Debian when missing (root only; else
+# its line says SKIP).
 #
 # Usage: scripts/bench.sh [--quick] [REPS]
 #   --quick      smaller sizes (well under a minute of measuring instead of ~5)
@@ -15,7 +18,9 @@
 #   BASELINE (another governed-exec binary, e.g. an older build, measured
 #   beside this one), BENCH_DIR (where state dirs live; default target/bench,
 #   on the repo's own disk), DYNAMIC=0 (skip building and measuring the
-#   dynamically linked build), BENCH_RT=0 (see below).
+#   dynamically linked build), BENCH_RT=0 (see below), FIXED_ONLY=1 (only
+#   figure 1: the fixed cost beside the floor, timeout and bwrap, with CPU
+#   and page faults; with BASELINE, the A/B of one change), EGRESS=0.
 #
 # On a machine shared with other work, a process that sleeps and wakes a
 # dozen times per run (as governed-exec does) waits behind every runnable
@@ -36,6 +41,18 @@ if [ -n "${BASELINE:-}" ]; then args+=(--baseline "$BASELINE"); fi
 dir="${BENCH_DIR:-$PWD/target/bench}"
 mkdir -p "$dir"
 bin=$(bash scripts/build-static.sh)
+# The floor, built by the same flags as build-static.sh (the product's
+# release profile, +crt-static, the host target).
+target=$(rustc -vV | sed -n 's/^host: //p')
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+  cargo build --release --locked --example floor --target "$target" >&2
+floor="${CARGO_TARGET_DIR:-$PWD/target}/$target/release/examples/floor"
+args+=(--floor "$floor")
+if [ "${FIXED_ONLY:-0}" = 1 ]; then args+=(--fixed-only); fi
+if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 \
+    || echo "bench.sh: could not install bubblewrap; its line will say SKIP" >&2
+fi
 if [ "${DYNAMIC:-1}" != 0 ]; then
   cargo build --release --locked >&2
   cp target/release/governed-exec "$dir/governed-exec-dynamic"
@@ -51,10 +68,26 @@ if [ "$(id -u)" = 0 ] && [ "${BENCH_RT:-1}" != 0 ] && command -v chrt >/dev/null
   prio=(chrt -f 1)
 fi
 echo "governed-exec bench, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), priority: ${prio[*]:-normal}" >&2
-"${prio[@]}" "$harness" --bin "$bin" --dir "$dir" "${args[@]}"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+"${prio[@]}" "$harness" --bin "$bin" --dir "$dir" "${args[@]}" | tee "$out"
 # The egress allowlist's figures (issue 19: 1 GiB through the proxy vs
 # direct, --allow-net vs --no-network per run): root only, as they need
-# network namespaces; EGRESS=0 skips them.
-if [ "$(id -u)" = 0 ] && [ "${EGRESS:-1}" != 0 ]; then
-  "${prio[@]}" bash scripts/bench-egress.sh "$bin"
+# network namespaces; EGRESS=0 skips them. Their rows join the table.
+if [ "${FIXED_ONLY:-0}" != 1 ] && [ "${EGRESS:-1}" != 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    rows=$(mktemp)
+    "${prio[@]}" env ROWS="$rows" bash scripts/bench-egress.sh "$bin"
+    echo
+    echo "| target | measured | holds |"
+    echo "|---|---|---|"
+    sed -n '/^| .* | \(yes\|no\) |$/p' "$out"
+    cat "$rows"
+    total=$(( $(sed -n '/^| .* | \(yes\|no\) |$/p' "$out" | wc -l) + $(wc -l < "$rows") ))
+    held=$(( $(sed -n '/^| .* | yes |$/p' "$out" | wc -l) + $(grep -c '| yes |$' "$rows" || true) ))
+    echo "$held of $total targets hold (with the egress figures)"
+    rm -f "$rows"
+  else
+    echo "egress figures: SKIP (need root for network namespaces)"
+  fi
 fi

@@ -332,15 +332,17 @@ fn rlimit_checks(euid: u32) -> Vec<Check> {
     ));
     checks.push(check(
         "enclosing_pids_max",
-        cgroup::enclosing_pids_max().map(|(n, file)| {
-            (
-                "enclosing_pids_max".into(),
-                format!(
-                    "{} = {n}: used for a lease whose max_processes is at least {n}",
-                    file.display()
-                ),
-            )
-        }),
+        cgroup::enclosing_pids_max()
+            .map(|(n, file)| {
+                (
+                    "enclosing_pids_max".into(),
+                    format!(
+                        "{} = {n}: used for a lease whose max_processes is at least {n}",
+                        file.display()
+                    ),
+                )
+            })
+            .map_err(|e| e.to_string()),
     ));
     checks
 }

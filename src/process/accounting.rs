@@ -78,28 +78,42 @@ pub fn parse_blkio_v1(text: &str) -> (u64, u64) {
     (read, written)
 }
 
-fn read(dir: &Path, file: &str) -> Result<String, String> {
-    fs::read_to_string(dir.join(file)).map_err(|e| {
-        format!(
-            "{} is not readable ({e}): the kernel does not keep this figure here",
-            dir.join(file).display()
-        )
+/// Why a figure of the run is unknown (the receipt's `…_why`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unknown {
+    #[error("{path} is not readable ({why}): the kernel does not keep this figure here")]
+    Unreadable { path: String, why: String },
+    #[error("{path} holds {text:?}, not a number")]
+    NotANumber { path: String, text: String },
+    #[error("{file} has no oom_kill line{note}")]
+    NoOomKillLine {
+        file: &'static str,
+        note: &'static str,
+    },
+    #[error("the run has no {0}")]
+    NoGroup(&'static str),
+}
+
+const NO_MEMORY_GROUP: &str = "memory cgroup (no v1 `memory` hierarchy, no v2 memory controller)";
+
+fn read(dir: &Path, file: &str) -> Result<String, Unknown> {
+    let path = dir.join(file);
+    fs::read_to_string(&path).map_err(|e| Unknown::Unreadable {
+        path: path.display().to_string(),
+        why: e.to_string(),
     })
 }
 
-fn read_u64(dir: &Path, file: &str) -> Result<u64, String> {
+fn read_u64(dir: &Path, file: &str) -> Result<u64, Unknown> {
     let t = read(dir, file)?;
-    t.trim().parse().map_err(|_| {
-        format!(
-            "{} holds {:?}, not a number",
-            dir.join(file).display(),
-            t.trim()
-        )
+    t.trim().parse().map_err(|_| Unknown::NotANumber {
+        path: dir.join(file).display().to_string(),
+        text: t.trim().to_string(),
     })
 }
 
 /// A figure, or why it is unknown.
-type Figure = Result<u64, String>;
+type Figure = Result<u64, Unknown>;
 
 /// The run's figures as read from its groups.
 pub struct Counters {
@@ -107,7 +121,7 @@ pub struct Counters {
     pub cpu_user_ms: Option<u64>,
     pub cpu_system_ms: Option<u64>,
     pub peak_memory: Figure,
-    pub io: Result<(u64, u64), String>,
+    pub io: Result<(u64, u64), Unknown>,
     pub peak_processes: Figure,
     pub oom_kills: Figure,
 }
@@ -160,25 +174,24 @@ pub fn read_counters(dirs: &CounterDirs<'_>) -> Option<Counters> {
         used_v1 = true;
         read_u64(d, "memory.max_usage_in_bytes")
     } else {
-        Err(
-            "the run has no memory cgroup (no v1 `memory` hierarchy, no v2 memory controller)"
-                .into(),
-        )
+        Err(Unknown::NoGroup(NO_MEMORY_GROUP))
     };
     let oom_kills = if let Some(d) = v2_has("memory") {
         read(d, "memory.events").and_then(|t| {
-            key_value(&t, "oom_kill").ok_or_else(|| "memory.events has no oom_kill line".into())
+            key_value(&t, "oom_kill").ok_or(Unknown::NoOomKillLine {
+                file: "memory.events",
+                note: "",
+            })
         })
     } else if let Some(d) = dirs.memory_v1 {
         read(d, "memory.oom_control").and_then(|t| {
-            key_value(&t, "oom_kill")
-                .ok_or_else(|| "memory.oom_control has no oom_kill line (Linux before 4.13)".into())
+            key_value(&t, "oom_kill").ok_or(Unknown::NoOomKillLine {
+                file: "memory.oom_control",
+                note: " (Linux before 4.13)",
+            })
         })
     } else {
-        Err(
-            "the run has no memory cgroup (no v1 `memory` hierarchy, no v2 memory controller)"
-                .into(),
-        )
+        Err(Unknown::NoGroup(NO_MEMORY_GROUP))
     };
     let io = if let Some(d) = v2_has("io") {
         read(d, "io.stat").map(|t| parse_io_stat_v2(&t))
@@ -186,7 +199,9 @@ pub fn read_counters(dirs: &CounterDirs<'_>) -> Option<Counters> {
         used_v1 = true;
         read(d, "blkio.throttle.io_service_bytes").map(|t| parse_blkio_v1(&t))
     } else {
-        Err("the run has no io cgroup (no v1 `blkio` hierarchy, no v2 io controller)".into())
+        Err(Unknown::NoGroup(
+            "io cgroup (no v1 `blkio` hierarchy, no v2 io controller)",
+        ))
     };
     let peak_processes = if let Some(d) = v2_has("pids") {
         read_u64(d, "pids.peak")
@@ -194,7 +209,9 @@ pub fn read_counters(dirs: &CounterDirs<'_>) -> Option<Counters> {
         used_v1 = true;
         read_u64(d, "pids.peak")
     } else {
-        Err("the run has no pids cgroup (no v1 `pids` hierarchy, no v2 pids controller)".into())
+        Err(Unknown::NoGroup(
+            "pids cgroup (no v1 `pids` hierarchy, no v2 pids controller)",
+        ))
     };
     Some(Counters {
         mechanism: if used_v1 { "cgroup_v1" } else { "cgroup_v2" },
@@ -230,7 +247,7 @@ pub fn resources(
 ) -> Resources {
     let split = |f: Figure| match f {
         Ok(v) => (Some(v), None),
-        Err(why) => (None, Some(why)),
+        Err(why) => (None, Some(why.to_string())),
     };
     let mut r = match counters {
         Some(c) => {
@@ -247,7 +264,10 @@ pub fn resources(
                     (Some(r.max(ru.in_blocks.saturating_mul(512))), None),
                     (Some(w.max(ru.out_blocks.saturating_mul(512))), None),
                 ),
-                Err(why) => ((None, Some(why.clone())), (None, Some(why))),
+                Err(why) => {
+                    let why = why.to_string();
+                    ((None, Some(why.clone())), (None, Some(why)))
+                }
             };
             Resources {
                 cpu_user_ms: c.cpu_user_ms.unwrap_or(ru.user_ms),
@@ -402,8 +422,13 @@ mod tests {
             pids_v1: None,
         };
         let c = read_counters(&dirs).unwrap();
-        assert!(c.peak_memory.as_ref().unwrap_err().contains("memory.peak"));
-        assert!(c.io.as_ref().unwrap_err().contains("io"));
+        assert!(c
+            .peak_memory
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("memory.peak"));
+        assert!(c.io.as_ref().unwrap_err().to_string().contains("io"));
         let r = resources(Some(c), &ru(), &limits(), 5, 0);
         assert_eq!(r.peak_memory_bytes, None);
         assert!(r.peak_memory_bytes_why.unwrap().contains("memory.peak"));
@@ -461,7 +486,7 @@ mod tests {
             cpu_user_ms: Some(1000),
             cpu_system_ms: Some(200),
             peak_memory: Ok(300 << 20),
-            io: Err("no io".into()),
+            io: Err(Unknown::NoGroup("io cgroup")),
             peak_processes: Ok(21),
             oom_kills: Ok(0),
         };
@@ -471,7 +496,10 @@ mod tests {
         assert_eq!(r.peak_memory_bytes, Some(300 << 20));
         assert_eq!(r.peak_memory_bytes_why, None);
         assert_eq!(r.io_write_bytes, None);
-        assert_eq!(r.io_write_bytes_why.as_deref(), Some("no io"));
+        assert_eq!(
+            r.io_write_bytes_why.as_deref(),
+            Some("the run has no io cgroup")
+        );
         assert_eq!(r.fit.processes.unwrap().used, Some(21));
         let json = serde_json::to_value(&r).unwrap();
         assert!(json["io_read_bytes"].is_null());

@@ -30,6 +30,29 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+/// Why a group could not be limited or a limit read.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cannot write {file} in {}: {source}", dir.display())]
+    Write {
+        file: &'static str,
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("/sys/block is not readable")]
+    NoBlockDevices,
+    /// `blkio.throttle.write_bps_device` could not be written for these
+    /// disks (one `FILE DEV: error` each).
+    #[error("{}", .0.join(", "))]
+    BlkioRules(Vec<String>),
+    #[error("no pids.max is visible for this process's cgroup")]
+    NoPidsMax,
+    /// Every `pids.max` found (`FILE = VALUE` each) says `max`.
+    #[error("no enclosing pids.max is a number ({})", .0.join(", "))]
+    PidsMaxNotANumber(Vec<String>),
+}
+
 struct Group {
     dir: PathBuf,
     /// The v1 hierarchy's controllers (its mount options), empty for v2.
@@ -159,6 +182,8 @@ pub struct RunCgroups {
     memory_kind: Option<&'static str>,
     /// Why the memory limit is not a cgroup's, one line per attempt.
     memory_notes: Vec<String>,
+    /// The v2 group's `cgroup.controllers`, read once when it is made.
+    v2_controllers: Vec<String>,
 }
 
 /// Where the run's counters live, for `process::accounting`.
@@ -184,30 +209,56 @@ const BLKIO_ACCOUNTING_BPS: u64 = 1 << 50;
 
 /// Give every non-empty disk a never-reached throttle rule in `dir`, so the
 /// kernel accounts the group's IO on it. `Err` lists what failed.
-fn enable_blkio_accounting(dir: &Path) -> Result<(), String> {
+///
+/// The disks are `/sys/block`'s entries; their device numbers and sizes
+/// come from one read of `/proc/partitions`, which lists every block
+/// device with a non-zero size except removable ones that cannot be
+/// partitioned (an optical drive). An entry it leaves out is read from
+/// `/sys/block/NAME/{size,dev}` as before, unless it is of a kind that is
+/// never removable (loop, ram, zram, nbd, md, dm): then it is empty, and an
+/// empty disk gets no rule. Two reads a run instead of two per disk.
+fn enable_blkio_accounting(dir: &Path) -> Result<(), CgroupError> {
     let mut failed = Vec::new();
     let Ok(rd) = fs::read_dir("/sys/block") else {
-        return Err("/sys/block is not readable".into());
+        return Err(CgroupError::NoBlockDevices);
     };
+    let partitions = fs::read_to_string("/proc/partitions").unwrap_or_default();
+    let listed = |name: &str| {
+        partitions.lines().find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (maj, min, _blocks, n) = (f.next()?, f.next()?, f.next()?, f.next()?);
+            (n == name && maj.parse::<u32>().is_ok()).then(|| format!("{maj}:{min}"))
+        })
+    };
+    const NEVER_REMOVABLE: [&str; 6] = ["loop", "ram", "zram", "nbd", "md", "dm-"];
     for disk in rd.flatten() {
-        let p = disk.path();
-        let empty = fs::read_to_string(p.join("size")).is_ok_and(|s| s.trim() == "0");
-        let Ok(dev) = fs::read_to_string(p.join("dev")) else {
-            continue;
+        let name = disk.file_name();
+        let name = name.to_string_lossy();
+        let dev = match listed(&name) {
+            Some(dev) => dev,
+            None if NEVER_REMOVABLE.iter().any(|k| name.starts_with(k)) => continue,
+            None => {
+                let p = disk.path();
+                let empty = fs::read_to_string(p.join("size")).is_ok_and(|s| s.trim() == "0");
+                let Ok(dev) = fs::read_to_string(p.join("dev")) else {
+                    continue;
+                };
+                if empty {
+                    continue;
+                }
+                dev.trim().to_string()
+            }
         };
-        if empty {
-            continue;
-        }
         let file = "blkio.throttle.write_bps_device";
-        let rule = format!("{} {BLKIO_ACCOUNTING_BPS}", dev.trim());
+        let rule = format!("{dev} {BLKIO_ACCOUNTING_BPS}");
         if let Err(e) = write_file(dir, file, &rule) {
-            failed.push(format!("{file} {}: {e}", dev.trim()));
+            failed.push(format!("{file} {dev}: {e}"));
         }
     }
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(failed.join(", "))
+        Err(CgroupError::BlkioRules(failed))
     }
 }
 
@@ -219,34 +270,31 @@ fn write_file(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
         .and_then(|mut f| f.write_all(value.as_bytes()))
 }
 
+/// Write `value` to `dir/file`, naming both if it fails.
+fn write_limit_file(dir: &Path, file: &'static str, value: &str) -> Result<(), CgroupError> {
+    write_file(dir, file, value).map_err(|source| CgroupError::Write {
+        file,
+        dir: dir.to_path_buf(),
+        source,
+    })
+}
+
 /// v2: `memory.max` = `bytes` and no swap (`memory.swap.max` 0 where the
 /// kernel accounts swap).
-fn limit_memory_v2(dir: &Path, bytes: u64) -> Result<(), String> {
-    write_file(dir, "memory.max", &bytes.to_string())
-        .map_err(|e| format!("cannot write memory.max in {}: {e}", dir.display()))?;
+fn limit_memory_v2(dir: &Path, bytes: u64) -> Result<(), CgroupError> {
+    write_limit_file(dir, "memory.max", &bytes.to_string())?;
     if dir.join("memory.swap.max").exists() {
-        write_file(dir, "memory.swap.max", "0")
-            .map_err(|e| format!("cannot write memory.swap.max in {}: {e}", dir.display()))?;
+        write_limit_file(dir, "memory.swap.max", "0")?;
     }
     Ok(())
 }
 
 /// v1: `memory.limit_in_bytes`, then `memory.memsw.limit_in_bytes` (memory
 /// + swap, so the run cannot spill into swap) where swap is accounted.
-fn limit_memory_v1(dir: &Path, bytes: u64) -> Result<(), String> {
-    write_file(dir, "memory.limit_in_bytes", &bytes.to_string()).map_err(|e| {
-        format!(
-            "cannot write memory.limit_in_bytes in {}: {e}",
-            dir.display()
-        )
-    })?;
+fn limit_memory_v1(dir: &Path, bytes: u64) -> Result<(), CgroupError> {
+    write_limit_file(dir, "memory.limit_in_bytes", &bytes.to_string())?;
     if dir.join("memory.memsw.limit_in_bytes").exists() {
-        write_file(dir, "memory.memsw.limit_in_bytes", &bytes.to_string()).map_err(|e| {
-            format!(
-                "cannot write memory.memsw.limit_in_bytes in {}: {e}",
-                dir.display()
-            )
-        })?;
+        write_limit_file(dir, "memory.memsw.limit_in_bytes", &bytes.to_string())?;
     }
     Ok(())
 }
@@ -273,17 +321,68 @@ fn cgroup_mounts() -> Vec<(PathBuf, String, String, String)> {
         .collect()
 }
 
-/// Our own cgroup path in the hierarchy whose `/proc/self/cgroup` line
-/// matches `pred` on its controller list.
-fn own_path(pred: impl Fn(&str) -> bool) -> Option<String> {
-    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
-    text.lines().find_map(|l| {
-        let mut it = l.splitn(3, ':');
-        let _id = it.next()?;
-        let ctrl = it.next()?;
-        let path = it.next()?;
-        pred(ctrl).then(|| path.to_string())
-    })
+/// The cgroup mounts, without reading `/proc/self/mountinfo`, where they
+/// are where systemd, Docker and every distribution put them: each v1
+/// hierarchy of `/proc/self/cgroup` at `/sys/fs/cgroup/CONTROLLERS`, the v2
+/// one at `/sys/fs/cgroup/unified` (hybrid) or `/sys/fs/cgroup` (unified),
+/// each a cgroup filesystem of the right version (`statfs`) whose root is
+/// the hierarchy's, i.e. our own group is at its path under the mount (a
+/// container's mount of a sub-tree is not: its own path is not there).
+/// `None` as soon as one is not so: then mountinfo is read. Named v1
+/// hierarchies (`name=systemd`) carry no controller and are left out, as
+/// every use of the list ignores them.
+fn usual_mounts(own: &OwnCgroups) -> Option<Vec<(PathBuf, String, String, String)>> {
+    use nix::sys::statfs::{statfs, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC};
+    let is = |dir: &Path, magic| statfs(dir).is_ok_and(|s| s.filesystem_type() == magic);
+    let mut out = Vec::new();
+    for line in own.0.lines() {
+        let mut it = line.splitn(3, ':');
+        let (_id, ctrls, path) = (it.next()?, it.next()?, it.next()?);
+        let (mount, fstype, opts) = if ctrls.is_empty() {
+            let mount = [
+                Path::new("/sys/fs/cgroup/unified"),
+                Path::new("/sys/fs/cgroup"),
+            ]
+            .into_iter()
+            .find(|m| is(m, CGROUP2_SUPER_MAGIC))?;
+            (mount.to_path_buf(), "cgroup2", "rw".to_string())
+        } else if ctrls.starts_with("name=") {
+            continue;
+        } else {
+            let mount = Path::new("/sys/fs/cgroup").join(ctrls);
+            if !is(&mount, CGROUP_SUPER_MAGIC) {
+                return None;
+            }
+            (mount, "cgroup", format!("rw,{ctrls}"))
+        };
+        if !mount.join(path.trim_start_matches('/')).is_dir() {
+            return None;
+        }
+        out.push((mount, fstype.to_string(), opts, "/".to_string()));
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// This process's `/proc/self/cgroup`, read once per run (every hierarchy
+/// asks it for its own path).
+struct OwnCgroups(String);
+
+impl OwnCgroups {
+    fn read() -> OwnCgroups {
+        OwnCgroups(fs::read_to_string("/proc/self/cgroup").unwrap_or_default())
+    }
+
+    /// Our own cgroup path in the hierarchy whose line matches `pred` on
+    /// its controller list.
+    fn path(&self, pred: impl Fn(&str) -> bool) -> Option<String> {
+        self.0.lines().find_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let _id = it.next()?;
+            let ctrl = it.next()?;
+            let path = it.next()?;
+            pred(ctrl).then(|| path.to_string())
+        })
+    }
 }
 
 fn join_cgroup(mount: &Path, root: &str, own: &str) -> PathBuf {
@@ -313,7 +412,8 @@ impl RunCgroups {
             name: name.clone(),
             ..RunCgroups::default()
         };
-        let mounts = cgroup_mounts();
+        let own_cgroups = OwnCgroups::read();
+        let mounts = usual_mounts(&own_cgroups).unwrap_or_else(cgroup_mounts);
         if !mounts
             .iter()
             .any(|(_, t, o, _)| t == "cgroup2" || o.split(',').any(|x| x == "pids"))
@@ -321,18 +421,22 @@ impl RunCgroups {
             out.notes
                 .push("no pids cgroup hierarchy (v1 `pids` or v2) is mounted".into());
         }
-        for (mount, fstype, opts, root) in mounts.clone() {
+        for (mount, fstype, opts, root) in &mounts {
             if fstype == "cgroup2" && out.track.is_none() {
-                let Some(own) = own_path(|c| c.is_empty()) else {
+                let Some(own) = own_cgroups.path(|c| c.is_empty()) else {
                     continue;
                 };
-                let base = join_cgroup(&mount, &root, &own);
+                let base = join_cgroup(mount, root, &own);
                 match Group::create(base.join(&name), true, sweep, "") {
                     Ok(g) => {
-                        let has_pids = fs::read_to_string(g.dir.join("cgroup.controllers"))
+                        // Read once: the controllers say what to limit here
+                        // and which counters to read at the end.
+                        out.v2_controllers = fs::read_to_string(g.dir.join("cgroup.controllers"))
                             .unwrap_or_default()
                             .split_whitespace()
-                            .any(|c| c == "pids");
+                            .map(str::to_string)
+                            .collect();
+                        let has_pids = out.v2_controllers.iter().any(|c| c == "pids");
                         if has_pids && out.pids.is_none() {
                             match limit {
                                 Some(n) if write_limit(&g.dir, n) => {
@@ -350,10 +454,7 @@ impl RunCgroups {
                             ));
                         }
                         if let Some(bytes) = memory {
-                            let has_memory = fs::read_to_string(g.dir.join("cgroup.controllers"))
-                                .unwrap_or_default()
-                                .split_whitespace()
-                                .any(|c| c == "memory");
+                            let has_memory = out.v2_controllers.iter().any(|c| c == "memory");
                             if !has_memory {
                                 out.memory_notes.push(format!(
                                     "the v2 group {} has no memory controller (it is bound to a v1 hierarchy or not enabled in the parent's cgroup.subtree_control)",
@@ -362,7 +463,7 @@ impl RunCgroups {
                             } else {
                                 match limit_memory_v2(&g.dir, bytes) {
                                     Ok(()) => out.memory_kind = Some("memory_cgroup_v2"),
-                                    Err(e) => out.memory_notes.push(e),
+                                    Err(e) => out.memory_notes.push(e.to_string()),
                                 }
                             }
                         }
@@ -377,11 +478,11 @@ impl RunCgroups {
                 && opts.split(',').any(|o| o == "pids")
                 && out.pids.is_none()
             {
-                let Some(own) = own_path(|c| c.split(',').any(|x| x == "pids")) else {
+                let Some(own) = own_cgroups.path(|c| c.split(',').any(|x| x == "pids")) else {
                     continue;
                 };
-                let base = join_cgroup(&mount, &root, &own);
-                match Group::create(base.join(&name), false, sweep, &opts) {
+                let base = join_cgroup(mount, root, &own);
+                match Group::create(base.join(&name), false, sweep, opts) {
                     Ok(g) => match limit {
                         Some(n) if write_limit(&g.dir, n) => {
                             out.pids_kind = Some("pids_cgroup_v1");
@@ -400,7 +501,7 @@ impl RunCgroups {
                 }
             }
         }
-        out.create_extra_v1(&mounts, memory, sweep);
+        out.create_extra_v1(&mounts, &own_cgroups, memory, sweep);
         if memory.is_some() && out.memory_kind.is_none() && out.memory_notes.is_empty() {
             out.memory_notes
                 .push("no memory cgroup hierarchy (v1 `memory` or v2 with the memory controller) is mounted".into());
@@ -414,6 +515,7 @@ impl RunCgroups {
     fn create_extra_v1(
         &mut self,
         mounts: &[(PathBuf, String, String, String)],
+        own_cgroups: &OwnCgroups,
         memory: Option<u64>,
         sweep: bool,
     ) {
@@ -434,7 +536,7 @@ impl RunCgroups {
             {
                 continue;
             }
-            let Some(own) = own_path(|c| {
+            let Some(own) = own_cgroups.path(|c| {
                 let cs: Vec<&str> = c.split(',').collect();
                 wanted.iter().any(|w| cs.contains(w) && ctrls.contains(w))
             }) else {
@@ -463,7 +565,7 @@ impl RunCgroups {
                         Err(e) => {
                             // A memory group without its limit is no use to
                             // the limit and must not pretend to be one.
-                            self.memory_notes.push(e);
+                            self.memory_notes.push(e.to_string());
                             continue;
                         }
                     }
@@ -500,14 +602,10 @@ impl RunCgroups {
                 .map(|g| g.dir.as_path())
         };
         CounterDirs {
-            v2: self.track.as_ref().map(|g| {
-                let ctrls = fs::read_to_string(g.dir.join("cgroup.controllers"))
-                    .unwrap_or_default()
-                    .split_whitespace()
-                    .map(str::to_string)
-                    .collect();
-                (g.dir.as_path(), ctrls)
-            }),
+            v2: self
+                .track
+                .as_ref()
+                .map(|g| (g.dir.as_path(), self.v2_controllers.clone())),
             memory_v1: v1("memory"),
             cpuacct_v1: v1("cpuacct"),
             blkio_v1: v1("blkio"),
@@ -649,14 +747,15 @@ fn write_limit(dir: &Path, max: u64) -> bool {
 /// A limit on an enclosing group bounds the run *and* governed-exec itself,
 /// so it is a valid bound for the run whenever it is no larger than the
 /// lease's; nothing is written, so a read-only cgroupfs is no obstacle.
-pub fn enclosing_pids_max() -> Result<(u64, PathBuf), String> {
+pub fn enclosing_pids_max() -> Result<(u64, PathBuf), CgroupError> {
     let mut best: Option<(u64, PathBuf)> = None;
     let mut seen = Vec::new();
+    let own_cgroups = OwnCgroups::read();
     for (mount, fstype, opts, root) in cgroup_mounts() {
         let own = if fstype == "cgroup2" {
-            own_path(|c| c.is_empty())
+            own_cgroups.path(|c| c.is_empty())
         } else if opts.split(',').any(|o| o == "pids") {
-            own_path(|c| c.split(',').any(|x| x == "pids"))
+            own_cgroups.path(|c| c.split(',').any(|x| x == "pids"))
         } else {
             None
         };
@@ -678,13 +777,11 @@ pub fn enclosing_pids_max() -> Result<(u64, PathBuf), String> {
             }
         }
     }
-    best.ok_or_else(|| {
-        if seen.is_empty() {
-            "no pids.max is visible for this process's cgroup".to_string()
-        } else {
-            format!("no enclosing pids.max is a number ({})", seen.join(", "))
-        }
-    })
+    match best {
+        Some(b) => Ok(b),
+        None if seen.is_empty() => Err(CgroupError::NoPidsMax),
+        None => Err(CgroupError::PidsMaxNotANumber(seen)),
+    }
 }
 
 /// Whether a pids hierarchy (v1 `pids` or v2) is mounted read-write here: a
@@ -713,6 +810,39 @@ pub fn pids_mount_writable() -> bool {
 mod tests {
     use super::*;
 
+    /// Where the fast path finds the mounts without mountinfo, mountinfo
+    /// says the same: each one a cgroup mount there, of that version, with
+    /// those controllers and the hierarchy's root as its root. (Where the
+    /// mounts are elsewhere the fast path gives up, and there is nothing
+    /// to compare.)
+    #[test]
+    fn usual_mounts_agree_with_mountinfo() {
+        let own = OwnCgroups::read();
+        let Some(usual) = usual_mounts(&own) else {
+            return;
+        };
+        let table = cgroup_mounts();
+        for (mount, fstype, opts, root) in &usual {
+            let found = table.iter().find(|(m, t, _, _)| m == mount && t == fstype);
+            let Some((_, _, real_opts, real_root)) = found else {
+                panic!(
+                    "{} ({fstype}) is not a cgroup mount in mountinfo",
+                    mount.display()
+                );
+            };
+            assert_eq!(root, real_root, "{}", mount.display());
+            if fstype == "cgroup" {
+                for c in opts.split(',').skip(1) {
+                    assert!(
+                        real_opts.split(',').any(|o| o == c),
+                        "{}: {c} not in {real_opts}",
+                        mount.display()
+                    );
+                }
+            }
+        }
+    }
+
     /// The v2 limit on fixture files (this machine's memory controller is
     /// v1): `memory.max` gets the bytes and swap is shut off.
     #[test]
@@ -740,6 +870,7 @@ mod tests {
         let empty = tempfile::tempdir().unwrap();
         assert!(limit_memory_v2(empty.path(), 1 << 30)
             .unwrap_err()
+            .to_string()
             .contains("memory.max"));
     }
 

@@ -82,7 +82,7 @@ pub fn choose(
     why.push("the child runs as root, which RLIMIT_NPROC does not bind".into());
     why.push(match enclosing {
         Ok((e, file)) => format!("the enclosing {} = {e} is larger than {n}", file.display()),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     });
     Err(Unenforceable { limit: n, why })
 }

@@ -13,20 +13,25 @@
 //! its pid — which is also the process group id — stays pinned while we
 //! signal the group.
 //!
-//! Signals to governed-exec (TERM/INT/HUP) and SIGCHLD are blocked in every
-//! thread from the start of `main` and read through a signalfd in the same
-//! `poll` as the main process's pidfd and the output-cap notification.
+//! One event loop on the main thread (`epoll`) waits for everything a run
+//! can end by: the child's stdout and stderr pipes (drained, counted and
+//! hashed as they become readable, so the output cap is seen at the byte
+//! that crosses it), the signalfd (TERM/INT/HUP and SIGCHLD are blocked in
+//! every thread from the start of `main`) and the main process's pidfd.
+//! No reader thread: nothing to start per run, nothing to hand captures
+//! back through, and nothing a fork storm that fills an enclosing
+//! `pids.max` could keep from starting.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::PollTimeout;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::signalfd::SignalFd;
@@ -99,23 +104,6 @@ pub enum RunResult {
     Ran(Box<Supervised>),
 }
 
-/// Shared by both drain threads: total output and the hard cap.
-struct OutputBudget {
-    total: AtomicU64,
-    cap: u64,
-    tripped: AtomicBool,
-    notify: File,
-}
-
-impl OutputBudget {
-    fn add(&self, n: u64) {
-        let total = self.total.fetch_add(n, Ordering::Relaxed) + n;
-        if total > self.cap && !self.tripped.swap(true, Ordering::Relaxed) {
-            let _ = (&self.notify).write_all(&[1]);
-        }
-    }
-}
-
 /// How `--stream` mirrors the child's output to our stderr: raw bytes into
 /// a log file or pipe (CI logs keep their colours), the terminal-safe
 /// projection when stderr is a terminal (escape sequences cannot reach it).
@@ -179,13 +167,13 @@ impl Drop for CommandFence {
 const OUTPUT_PIPE_BYTES: libc::c_int = 1 << 20;
 
 /// Whether the mirror may still write to the log: closed once supervision
-/// is over (before the `--stream` fence is lifted), so a process outside the
-/// run that still holds a pipe cannot write past it. Held while writing.
+/// is over (before the `--stream` fence is lifted), so nothing queued past
+/// that point reaches the log. Held while writing.
 type MirrorGate = Arc<std::sync::Mutex<bool>>;
 
 /// Closes the mirror when supervision returns, whichever way it returns:
-/// whatever still holds a pipe writes no more to the log before the caller
-/// lifts the `--stream` fence.
+/// nothing more is written to the log before the caller lifts the
+/// `--stream` fence.
 struct GateCloser(MirrorGate);
 
 impl Drop for GateCloser {
@@ -194,39 +182,296 @@ impl Drop for GateCloser {
     }
 }
 
-fn drain(
-    mut pipe: File,
-    keep: u64,
-    budget: Arc<OutputBudget>,
-    mirror: Mirror,
-    gate: MirrorGate,
-) -> StreamCapture {
-    let mut cap = StreamCapture::new(keep);
-    let mut buf = vec![0u8; OUTPUT_PIPE_BYTES as usize];
-    loop {
-        match pipe.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                cap.push(&buf[..n]);
-                budget.add(n as u64);
-                let open = gate.lock().unwrap_or_else(|p| p.into_inner());
-                match mirror {
-                    _ if !*open => {}
-                    Mirror::Off => {}
-                    Mirror::Raw => {
-                        let _ = std::io::stderr().lock().write_all(&buf[..n]);
+/// Chunks of output waiting for the mirror thread, at most.
+const MIRROR_QUEUE: usize = 4;
+
+/// `--stream`: a thread writes the child's output to our stderr, so that a
+/// slow or blocked log never stops the event loop (the deadline, the
+/// output cap and cancellation stay on time). It exists only with
+/// `--stream`, and before the child does.
+struct MirrorThread {
+    tx: Option<mpsc::SyncSender<Vec<u8>>>,
+    /// A chunk the queue had no room for: the pipes are not read until it
+    /// is queued (the child waits on its full pipe, as it would on a slow
+    /// log).
+    pending: Option<Vec<u8>>,
+    /// Says when the thread has written everything queued.
+    done: mpsc::Receiver<()>,
+    _closer: GateCloser,
+}
+
+impl MirrorThread {
+    fn start(mirror: Mirror) -> std::io::Result<Option<MirrorThread>> {
+        if mirror == Mirror::Off {
+            return Ok(None);
+        }
+        let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(MIRROR_QUEUE);
+        let (done_tx, done) = mpsc::channel();
+        let gate: MirrorGate = Arc::new(std::sync::Mutex::new(true));
+        let thread_gate = gate.clone();
+        std::thread::Builder::new()
+            .name("mirror".into())
+            .spawn(move || {
+                for chunk in rx {
+                    let open = thread_gate.lock().unwrap_or_else(|p| p.into_inner());
+                    if !*open {
+                        break;
                     }
-                    Mirror::Terminal => {
-                        let text = crate::process::capture::project_text(&buf[..n]);
-                        let _ = std::io::stderr().lock().write_all(text.as_bytes());
-                    }
+                    let mut err = std::io::stderr().lock();
+                    let _ = match mirror {
+                        Mirror::Terminal => {
+                            err.write_all(crate::process::capture::project_text(&chunk).as_bytes())
+                        }
+                        _ => err.write_all(&chunk),
+                    };
                 }
+                let _ = done_tx.send(());
+            })?;
+        Ok(Some(MirrorThread {
+            tx: Some(tx),
+            pending: None,
+            done,
+            _closer: GateCloser(gate),
+        }))
+    }
+
+    /// Queue a copy of `data`; false when the queue is full (kept pending).
+    fn offer(&mut self, data: &[u8]) -> bool {
+        debug_assert!(self.pending.is_none());
+        self.pending = Some(data.to_vec());
+        self.flush_pending()
+    }
+
+    /// Queue the pending chunk if there is room now; true once none is left.
+    fn flush_pending(&mut self) -> bool {
+        let (Some(chunk), Some(tx)) = (self.pending.take(), self.tx.as_ref()) else {
+            return true;
+        };
+        match tx.try_send(chunk) {
+            Ok(()) | Err(mpsc::TrySendError::Disconnected(_)) => true,
+            Err(mpsc::TrySendError::Full(chunk)) => {
+                self.pending = Some(chunk);
+                false
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
         }
     }
-    cap
+
+    /// Everything drained: let the thread write what is queued, for at
+    /// most `left`, before the gate closes.
+    fn finish(mut self, deadline: Instant) {
+        while !self.flush_pending() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.tx = None;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = self.done.recv_timeout(left);
+    }
+}
+
+/// The stack buffer of the first reads (see `EventLoop::read`).
+const SMALL_READ: usize = 4096;
+
+/// The event loop's tokens.
+const TOKEN_STDOUT: u64 = 0;
+const TOKEN_STDERR: u64 = 1;
+const TOKEN_MAIN: u64 = 2;
+const TOKEN_SIGNALS: u64 = 3;
+
+/// What one turn of the event loop saw besides output.
+#[derive(Default)]
+struct Ready {
+    main: bool,
+    signals: bool,
+}
+
+/// The run's one event loop: the two output pipes (read non-blocking,
+/// every byte counted and hashed, head and tail kept), the main process's
+/// pidfd and the signalfd, in one `epoll` on the main thread.
+struct EventLoop {
+    epoll: Epoll,
+    /// The read ends, until EOF (or a read error, as a reader thread
+    /// used to stop at one).
+    pipes: [Option<File>; 2],
+    captures: [StreamCapture; 2],
+    total: u64,
+    cap: u64,
+    buf: Vec<u8>,
+    mirror: Option<MirrorThread>,
+    /// The pipes are out of the epoll set while the mirror's queue is full.
+    paused: bool,
+}
+
+impl EventLoop {
+    fn new(
+        pipes: [OwnedFd; 2],
+        keep: u64,
+        cap: u64,
+        mirror: Option<MirrorThread>,
+    ) -> std::io::Result<EventLoop> {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        let [out, err] = pipes;
+        for (token, fd) in [(TOKEN_STDOUT, &out), (TOKEN_STDERR, &err)] {
+            nix::fcntl::fcntl(
+                fd.as_raw_fd(),
+                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+            )?;
+            epoll.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token))?;
+        }
+        Ok(EventLoop {
+            epoll,
+            pipes: [Some(File::from(out)), Some(File::from(err))],
+            captures: [StreamCapture::new(keep), StreamCapture::new(keep)],
+            total: 0,
+            cap,
+            // Made when a read fills the small buffer (see `read`).
+            buf: Vec::new(),
+            mirror,
+            paused: false,
+        })
+    }
+
+    /// Watch the main process and the signals too (after the spawn).
+    fn watch(&self, pidfd: &OwnedFd, signals: &SignalFd) -> std::io::Result<()> {
+        self.epoll
+            .add(pidfd, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_MAIN))?;
+        self.epoll
+            .add(signals, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_SIGNALS))?;
+        Ok(())
+    }
+
+    /// Stop watching them: after cleanup only the pipes are drained (an
+    /// exited main keeps its pidfd readable, and a late signal stays
+    /// pending in the signalfd, as it did while reader threads drained).
+    fn unwatch(&self, pidfd: &OwnedFd, signals: &SignalFd) {
+        let _ = self.epoll.delete(pidfd);
+        let _ = self.epoll.delete(signals);
+    }
+
+    fn capped(&self) -> bool {
+        self.total > self.cap
+    }
+
+    fn pipes_open(&self) -> bool {
+        self.pipes.iter().any(Option::is_some)
+    }
+
+    /// One wait of at most `left`, reading whatever output is ready.
+    fn turn(&mut self, left: Duration) -> std::io::Result<Ready> {
+        let mut left = left;
+        if self.paused {
+            if self.mirror.as_mut().is_none_or(MirrorThread::flush_pending) {
+                self.set_paused(false);
+            } else {
+                left = left.min(Duration::from_millis(2));
+            }
+        }
+        let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
+            .unwrap_or(PollTimeout::MAX);
+        let mut events = [EpollEvent::empty(); 4];
+        let n = match self.epoll.wait(&mut events, timeout) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => return Err(e.into()),
+        };
+        let mut ready = Ready::default();
+        for ev in &events[..n] {
+            match ev.data() {
+                TOKEN_MAIN => ready.main = true,
+                TOKEN_SIGNALS => ready.signals = true,
+                t => self.read(t as usize),
+            }
+        }
+        Ok(ready)
+    }
+
+    fn set_paused(&mut self, paused: bool) {
+        if self.paused == paused {
+            return;
+        }
+        self.paused = paused;
+        for (token, pipe) in self.pipes.iter().enumerate() {
+            if let Some(p) = pipe {
+                let _ = if paused {
+                    self.epoll.delete(p)
+                } else {
+                    self.epoll
+                        .add(p, EpollEvent::new(EpollFlags::EPOLLIN, token as u64))
+                };
+            }
+        }
+    }
+
+    /// Read what pipe `idx` holds (up to 1 MiB). The first reads go to a
+    /// small buffer on the stack: a run that prints little (or nothing: the
+    /// one read is the EOF) never allocates, zeroes and faults in the 1 MiB
+    /// one, which is made once a read fills the small one.
+    fn read(&mut self, idx: usize) {
+        if self.paused {
+            return;
+        }
+        let Some(pipe) = self.pipes[idx].as_ref() else {
+            return;
+        };
+        let mut small = [0u8; SMALL_READ];
+        let buf: &mut [u8] = if self.buf.is_empty() {
+            &mut small
+        } else {
+            &mut self.buf
+        };
+        let mut pause = false;
+        let mut grow = false;
+        let mut eof = false;
+        match (&*pipe).read(buf) {
+            Ok(0) => eof = true,
+            Ok(n) => {
+                self.captures[idx].push(&buf[..n]);
+                self.total = self.total.saturating_add(n as u64);
+                if let Some(m) = self.mirror.as_mut() {
+                    pause = !m.offer(&buf[..n]);
+                }
+                grow = n == SMALL_READ && buf.len() == SMALL_READ;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => eof = true,
+        }
+        if eof {
+            self.close(idx);
+        }
+        if grow {
+            self.buf = vec![0u8; OUTPUT_PIPE_BYTES as usize];
+        }
+        if pause {
+            self.set_paused(true);
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        if let Some(p) = self.pipes[idx].take() {
+            let _ = self.epoll.delete(&p);
+        }
+    }
+
+    /// The tree is gone: read the pipes to EOF, for at most the drain
+    /// bound (only something outside the run, holding a passed fd, can keep
+    /// a write end open). Returns the two streams, each complete or not.
+    fn drain_rest(mut self, deadline: Instant) -> [StreamRecord; 2] {
+        while self.pipes_open() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.turn(left).is_err() {
+                break;
+            }
+        }
+        if let Some(m) = self.mirror.take() {
+            m.finish(deadline);
+        }
+        let [so, se] = self.captures;
+        let [po, pe] = &self.pipes;
+        [so.finish(po.is_none()), se.finish(pe.is_none())]
+    }
 }
 
 /// Everything needed to run one governed child.
@@ -304,10 +549,9 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     let not_started = |e: nix::errno::Errno| SuperviseError::NotStarted(e.into());
     let (out_r, out_w) = nix::unistd::pipe2(cloexec).map_err(not_started)?;
     let (err_r, err_w) = nix::unistd::pipe2(cloexec).map_err(not_started)?;
-    let (note_r, note_w) = nix::unistd::pipe2(cloexec).map_err(not_started)?;
     // Bigger pipes than the default 64 KiB: a child that prints a lot waits
-    // on its reader less often (fewer context switches per byte drained).
-    // Best effort: the pipe-size limits may refuse it.
+    // on the loop less often (fewer wake-ups per byte drained). Best
+    // effort: the pipe-size limits may refuse it.
     for w in [&out_w, &err_w] {
         let _ = nix::fcntl::fcntl(
             w.as_raw_fd(),
@@ -317,33 +561,18 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     spec.stdout_fd = out_w.as_raw_fd();
     spec.stderr_fd = err_w.as_raw_fd();
 
-    // The readers exist before the child does: once a fork storm fills an
-    // enclosing pids.max the runner could no longer create a thread, and a
-    // run whose output is not drained cannot be confirmed (it was `unknown`
-    // with EAGAIN). If the spawn fails, returning drops the write ends and
-    // the readers see EOF at once.
-    let budget = Arc::new(OutputBudget {
-        total: AtomicU64::new(0),
-        cap: limits.output_cap_bytes,
-        tripped: AtomicBool::new(false),
-        notify: File::from(note_w),
-    });
-    let (tx, rx) = mpsc::channel::<(usize, StreamCapture)>();
-    let gate: MirrorGate = Arc::new(std::sync::Mutex::new(true));
-    let _closer = GateCloser(gate.clone());
-    for (idx, pipe) in [out_r, err_r].into_iter().enumerate() {
-        let tx = tx.clone();
-        let budget = budget.clone();
-        let gate = gate.clone();
-        let keep = limits.keep_output_bytes;
-        std::thread::Builder::new()
-            .name(format!("drain-{idx}"))
-            .spawn(move || {
-                let cap = drain(File::from(pipe), keep, budget, mirror, gate);
-                let _ = tx.send((idx, cap));
-            })?;
-    }
-    drop(tx);
+    // The loop (and, with `--stream`, the mirror thread) exists before the
+    // child does: once a fork storm fills an enclosing pids.max the runner
+    // could no longer create a thread. If the spawn fails, returning drops
+    // everything.
+    let mirror = MirrorThread::start(mirror).map_err(SuperviseError::NotStarted)?;
+    let mut events = EventLoop::new(
+        [out_r, err_r],
+        limits.keep_output_bytes,
+        limits.output_cap_bytes,
+        mirror,
+    )
+    .map_err(SuperviseError::NotStarted)?;
     // Before the child exists: the kernel log's end, to find an OOM kill of
     // the main process among what it logs during the run.
     let kernel_log = cgroups
@@ -393,7 +622,8 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         .and_then(|s| KernelView::from_status(&s));
 
     let deadline = t0 + Duration::from_millis(limits.wall_time_ms);
-    let ending = wait_for_ending(main, &pidfd, signals, &note_r, deadline)?;
+    events.watch(&pidfd, signals)?;
+    let ending = wait_for_ending(&mut events, main, signals, deadline)?;
     if crate::testing::fault::fail("supervision_error") {
         // An early return after the spawn: the tree's owner must clean up.
         return Err(SuperviseError::AfterStart(std::io::Error::other(
@@ -408,13 +638,13 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         Ending::TimedOut => {
             terminate_tree(main.pid, Signal::SIGTERM);
             let grace = Duration::from_millis(limits.kill_grace_ms);
-            wait_main_exit(main, &pidfd, signals, grace);
+            wait_main_exit(&mut events, main, signals, grace);
         }
         Ending::Cancelled(sig) => {
             let sig = Signal::try_from(sig).unwrap_or(Signal::SIGTERM);
             terminate_tree(main.pid, sig);
             let grace = Duration::from_millis(limits.cancel_grace_ms);
-            wait_main_exit(main, &pidfd, signals, grace);
+            wait_main_exit(&mut events, main, signals, grace);
         }
         Ending::OutputCapped | Ending::MainExited => {}
     }
@@ -439,20 +669,8 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
 
     // The tree is gone, so the pipes' write ends are closed unless something
     // outside the run holds one: never wait for it past the bound.
-    let mut streams: [Option<StreamCapture>; 2] = [None, None];
-    let drain_deadline = Instant::now() + DRAIN_BOUND;
-    while streams.iter().any(Option::is_none) {
-        let left = drain_deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((idx, cap)) => streams[idx] = Some(cap),
-            Err(_) => break,
-        }
-    }
-    let [so, se] = streams;
-    let finish = |c: Option<StreamCapture>| match c {
-        Some(c) => c.finish(true),
-        None => StreamCapture::new(0).finish(false),
-    };
+    events.unwatch(&pidfd, signals);
+    let [stdout, stderr] = events.drain_rest(Instant::now() + DRAIN_BOUND);
     let ended = SystemTime::now();
     // One read of the run's counters: every process is gone (or given up
     // on), and the groups are removed only when `cgroups` is dropped.
@@ -467,7 +685,6 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         in_blocks: usage.block_reads() as u64,
         out_blocks: usage.block_writes() as u64,
     };
-    let (stdout, stderr) = (finish(so), finish(se));
     let wall_ms = ended
         .duration_since(started)
         .unwrap_or_default()
@@ -479,7 +696,11 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         wall_ms,
         stdout.bytes.saturating_add(stderr.bytes),
     );
-    let main_oom_killed = kernel_log.and_then(|k| k.oom_killed(pid));
+    // Only a SIGKILL of the main process asks who the OOM killer killed
+    // (`run` reads this for nothing else): the log is not read otherwise.
+    let main_oom_killed = kernel_log
+        .filter(|_| signal == Some(libc::SIGKILL))
+        .and_then(|k| k.oom_killed(pid));
     Ok(RunResult::Ran(Box::new(Supervised {
         exit_trace: main.trace,
         ending,
@@ -497,12 +718,12 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     })))
 }
 
-/// Wait for the first of: main exit, deadline, output cap, a cancelling signal.
+/// Wait for the first of: main exit, deadline, output cap, a cancelling
+/// signal; the output is drained meanwhile.
 fn wait_for_ending(
+    events: &mut EventLoop,
     main: &Main,
-    pidfd: &OwnedFd,
     signals: &mut SignalFd,
-    note: &OwnedFd,
     deadline: Instant,
 ) -> std::io::Result<Ending> {
     loop {
@@ -510,30 +731,17 @@ fn wait_for_ending(
         if left.is_zero() {
             return Ok(Ending::TimedOut);
         }
-        let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
-            .unwrap_or(PollTimeout::MAX);
-        let mut fds = [
-            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
-            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
-            PollFd::new(note.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, timeout) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-        let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
-        let (main_ready, sig_ready, note_ready) = (ready(0), ready(1), ready(2));
-        if note_ready {
+        let ready = events.turn(left)?;
+        if events.capped() {
             return Ok(Ending::OutputCapped);
         }
-        if sig_ready {
-            if let Some(sig) = read_signals(signals, main.pid) {
+        if ready.signals {
+            if let Some(sig) = read_signals(signals, main) {
                 return Ok(Ending::Cancelled(sig));
             }
         }
         // A traced main process's stops arrive as SIGCHLD, not on its pidfd.
-        if (main_ready || sig_ready) && main_has_exited(main) {
+        if (ready.main || ready.signals) && main_has_exited(main) {
             return Ok(Ending::MainExited);
         }
     }
@@ -541,12 +749,16 @@ fn wait_for_ending(
 
 /// Drain the signalfd: reap stray zombies on SIGCHLD, return a cancelling
 /// signal if one arrived.
-fn read_signals(signals: &mut SignalFd, main: Pid) -> Option<i32> {
+fn read_signals(signals: &mut SignalFd, main: &Main) -> Option<i32> {
     let mut cancel = None;
     while let Ok(Some(info)) = signals.read_signal() {
         let sig = info.ssi_signo as i32;
         if sig == libc::SIGCHLD {
-            reap_strays(main);
+            // Once the main process has exited, cleanup reaps everything
+            // next; a walk of /proc here would only repeat it.
+            if !main_has_exited(main) {
+                reap_strays(main.pid);
+            }
         } else if cancel.is_none() {
             cancel = Some(sig);
         }
@@ -621,26 +833,20 @@ impl Supervised {
 }
 
 /// During the grace period: wait for the main process, or a second
-/// cancelling signal, which cuts the grace short.
-fn wait_main_exit(main: &Main, pidfd: &OwnedFd, signals: &mut SignalFd, grace: Duration) {
+/// cancelling signal, which cuts the grace short. The output is drained
+/// meanwhile, so a child that prints on its way out is not stuck on a full
+/// pipe.
+fn wait_main_exit(events: &mut EventLoop, main: &Main, signals: &mut SignalFd, grace: Duration) {
     let end = Instant::now() + grace;
     while !main_has_exited(main) {
         let left = end.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return;
         }
-        let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
-            .unwrap_or(PollTimeout::MAX);
-        let mut fds = [
-            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
-            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
-        ];
-        if poll(&mut fds, timeout).is_err() {
+        let Ok(ready) = events.turn(left) else {
             continue;
-        }
-        if fds[1].revents().is_some_and(|r| !r.is_empty())
-            && read_signals(signals, main.pid).is_some()
-        {
+        };
+        if ready.signals && read_signals(signals, main).is_some() {
             return;
         }
     }
@@ -813,7 +1019,15 @@ fn kill_all_and_confirm(main: &Main, count_as_leftovers: bool, cgroups: &RunCgro
                 seen_alive.insert(node.pid);
             }
         }
-        reap_strays(pid);
+        // Reap the direct children just found (not main): the walk above
+        // is the list a second walk would read.
+        let me = std::process::id() as i32;
+        for node in tree
+            .iter()
+            .filter(|n| n.ppid == me && n.pid != pid.as_raw())
+        {
+            let _ = waitpid(Pid::from_raw(node.pid), Some(WaitPidFlag::WNOHANG));
+        }
         let main_done = main_has_exited(main);
         // The cgroups are a second, independent witness: a process that is
         // not in our tree but still in the run's cgroup is not gone.
