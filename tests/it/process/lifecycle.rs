@@ -55,10 +55,7 @@ fn timeout_kills_a_term_ignoring_setsid_grandchild_and_confirms_it() {
 #[test]
 fn background_leftover_does_not_hold_the_run_and_is_killed() {
     let e = Env::new();
-    e.set_goal(
-        r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
-      "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#,
-    );
+    e.set_goal(EXIT_0_NO_LEFTOVERS);
     let pidf = e.path("bg.pid");
     let script = format!("sleep 1000 & echo $! > {}; exit 0", pidf.display());
     let probe = ["sh", "-c", script.as_str()];
@@ -102,14 +99,25 @@ fn grandchild_holding_stdout_after_double_fork_does_not_hang_the_run() {
     assert_eq!(r.predicate()["streams"]["stdout"]["complete"], true);
 }
 
+/// The goal the leftover tests verify against.
+const EXIT_0_NO_LEFTOVERS: &str = r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
+      "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#;
+
+/// Whether `r` is the refusal of a machine that cannot make a PID
+/// namespace (then SKIP, loudly, with its words).
+fn no_pid_namespace_here(test: &str, r: &Run) -> bool {
+    let refused = r.code == 125 && r.stderr.contains("pid");
+    if refused {
+        skip!("{test}: no PID namespace here: {}", r.stderr);
+    }
+    refused
+}
+
 /// Processes left behind by a main process that exits 0, found on the host
 /// by a `sleep` duration unique to this test process (inside a PID
 /// namespace `$!` is the namespace's pid).
 fn left_behind_sleep(e: &Env, iso: &[&str], marker: u64) -> (Run, PathBuf) {
-    e.set_goal(
-        r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
-      "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#,
-    );
+    e.set_goal(EXIT_0_NO_LEFTOVERS);
     let started = e.ws.join("started");
     let script = format!(
         "sleep {marker} & setsid sleep {marker} & touch {s}; exit 0",
@@ -146,11 +154,7 @@ fn leftovers_count_the_same_with_and_without_a_pid_namespace() {
         let e = Env::new();
         let marker = 2_000_000 + u64::from(std::process::id()) * 2 + iso.len() as u64;
         let (r, receipt) = left_behind_sleep(&e, iso, marker);
-        if r.code == 125 && r.stderr.contains("pid") {
-            skip!(
-                "leftovers_count_the_same_with_and_without_a_pid_namespace: no PID namespace here: {}",
-                r.stderr
-            );
+        if no_pid_namespace_here("leftovers_count_the_same_with_and_without_a_pid_namespace", &r) {
             return;
         }
         assert_eq!(r.code, 0, "{iso:?}: {}", r.stderr);
@@ -174,20 +178,13 @@ fn leftovers_count_the_same_with_and_without_a_pid_namespace() {
 #[test]
 fn a_pid_namespace_main_gets_its_signals_and_stops_as_untraced() {
     let e = Env::new();
-    e.set_goal(
-        r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
-      "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#,
-    );
+    e.set_goal(EXIT_0_NO_LEFTOVERS);
     let script = "trap 'echo got-usr1' USR1; kill -USR1 $$; \
                   (sleep 0.3; kill -CONT $$) & kill -STOP $$; echo resumed; wait; exit 0";
     let probe = ["sh", "-c", script];
     e.approve(&["--pid-namespace", "--wall-time", "20s"], &probe);
     let r = e.run(&[], &probe);
-    if r.code == 125 && r.stderr.contains("pid") {
-        skip!(
-            "a_pid_namespace_main_gets_its_signals_and_stops_as_untraced: no PID namespace here: {}",
-            r.stderr
-        );
+    if no_pid_namespace_here("a_pid_namespace_main_gets_its_signals_and_stops_as_untraced", &r) {
         return;
     }
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -218,11 +215,7 @@ fn a_pid_namespace_timeout_still_reaps_a_term_ignoring_main() {
         &probe,
     );
     let r = e.run(&[], &probe);
-    if r.code == 125 && r.stderr.contains("pid") {
-        skip!(
-            "a_pid_namespace_timeout_still_reaps_a_term_ignoring_main: no PID namespace here: {}",
-            r.stderr
-        );
+    if no_pid_namespace_here("a_pid_namespace_timeout_still_reaps_a_term_ignoring_main", &r) {
         return;
     }
     assert_eq!(r.code, 124, "{}", r.stderr);
@@ -237,10 +230,7 @@ fn a_pid_namespace_timeout_still_reaps_a_term_ignoring_main() {
 #[test]
 fn an_unobserved_pid_namespace_teardown_is_not_a_count_of_zero() {
     let e = Env::new();
-    e.set_goal(
-        r#"{ "schema": "governed-exec/goal/v1", "id": "t", "revision": 1,
-      "criteria": [ { "kind": "exit_code", "equals": 0 }, { "kind": "no_leftover_processes" } ] }"#,
-    );
+    e.set_goal(EXIT_0_NO_LEFTOVERS);
     let probe = ["sh", "-c", "exit 0"];
     e.approve(&["--pid-namespace"], &probe);
     let r = finish_run(output(
@@ -249,11 +239,7 @@ fn an_unobserved_pid_namespace_teardown_is_not_a_count_of_zero() {
     ));
     let receipt = e.path("r.json");
     std::fs::write(&receipt, &r.stdout).unwrap();
-    if r.code == 125 && r.stderr.contains("pid") {
-        skip!(
-            "an_unobserved_pid_namespace_teardown_is_not_a_count_of_zero: no PID namespace here: {}",
-            r.stderr
-        );
+    if no_pid_namespace_here("an_unobserved_pid_namespace_teardown_is_not_a_count_of_zero", &r) {
         return;
     }
     assert_eq!(r.code, 0, "{}", r.stderr);
