@@ -70,6 +70,15 @@ pub enum ApprovalsError {
     Out(#[from] crate::cli::out::OutError),
 }
 
+/// An entry's `key` whose value does not parse (a duration, size or
+/// process limit), with the parser's words.
+fn value<E: std::fmt::Display>(key: &'static str) -> impl Fn(E) -> FieldError {
+    move |e| FieldError::Value {
+        key,
+        message: e.to_string(),
+    }
+}
+
 /// One entry, resolved on this machine.
 struct Resolved {
     label: String,
@@ -258,12 +267,6 @@ fn entry_args(
     };
     let goal = pick(&e.goal, &f.goal, &a.goal, "goal")?;
     let workspace = pick(&e.workspace, &f.workspace, &a.workspace, "workspace")?;
-    fn value<E: std::fmt::Display>(key: &'static str) -> impl Fn(E) -> FieldError {
-        move |e| FieldError::Value {
-            key,
-            message: e.to_string(),
-        }
-    }
     let duration = |key: &'static str, v: &Option<String>| {
         v.as_deref()
             .map(|s| parse_duration(s).map_err(value(key)))
