@@ -2,7 +2,8 @@
 # Bounded fuzzing of every target, then each target's coverage of the
 # functions it exists for (docs/FUZZING.md says what each one reaches).
 #
-# Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (default 60, all)
+# Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (default 60, all;
+#        0 seconds: only the coverage report of the corpus kept so far)
 #   FUZZ_COVERAGE=0   skip the coverage report
 #   FUZZ_NICE=N       niceness of the fuzzing processes (default 10)
 #
@@ -28,16 +29,15 @@ targets=("${@:-${all[@]}}")
 export RUSTC_BOOTSTRAP=1
 nice_n=${FUZZ_NICE:-10}
 
-# The functions each target is for (llvm-cov -name-regex over the
-# demangled names).
+# The functions each target is for (a regex over their paths in the crate).
 declare -A focus=(
-  [parse_goal]='goal::from_bytes'
-  [parse_request]='model::parse_json'
-  [parse_manifest]='model::parse_json'
+  [parse_goal]='model::parse_json::Goal'
+  [parse_request]='model::parse_json::Request'
+  [parse_manifest]='model::parse_json::Manifest'
   [parse_receipt]='receipt::decode_statement'
   [parse_journal]='journal::parse_chain_from'
-  [verify_envelope]='verify::(judge_authentic|check_file|cross_check_journal|check_resources|check_network)'
-  [checkpoint]='journal::(checkpoint_bound|checkpoint_trusted|hmac_sha256|hmac_matches|fold_after|Summary>::fold)'
+  [verify_envelope]='verify::(judge_authentic|check_file|cross_check_journal|check_resources|check_network)$'
+  [checkpoint]='journal::(checkpoint_bound|checkpoint_trusted|hmac_sha256|hmac_matches|fold_after|Summary::fold|Summary::of)$'
   [pem_key]='sign::(signing|verifying)_key_from_pem'
   [lease]='lease::signature_valid|model::strip_json_whitespace|LeaseWire.*try_from'
   [output_projection]='capture::project_text'
@@ -45,7 +45,7 @@ declare -A focus=(
   [manifest_index]='manifest_index::(load_for|through_index|head_is_canonical|parse_tail|lease_at)'
   [receipt_view]='view::(receipt_text|receipt_markdown|rows_of|wrap)'
   [pg_rows]='pg::check_rows'
-  [pg_credentials]='pg::(pgpass_lookup|service_section|PgTarget>::parse)'
+  [pg_credentials]='pg::(pgpass_lookup|service_section|PgTarget::parse)$'
   [approvals]='approvals::(parse|entry_at|key_line|header_line)'
 )
 
@@ -57,6 +57,7 @@ for t in "${targets[@]}"; do
   for seeds in "seeds/$t" "regressions/$t" "../tests/fuzz-regressions/$t"; do
     [ -d "$seeds" ] && cp -n "$seeds"/* "corpus/$t/" 2>/dev/null || true
   done
+  [ "$secs" = 0 ] && continue
   echo "== $t (${secs}s)"
   nice -n "$nice_n" cargo fuzz run -s none "$t" "corpus/$t" -- \
     -max_total_time="$secs" -print_final_stats=1 2>&1 \
@@ -73,43 +74,82 @@ if [ ! -x "$cov" ] || [ ! -x "$bin_dir/llvm-profdata" ]; then
 fi
 triple=$(rustc -vV | sed -n 's/^host: //p')
 
-# Lines of function NAME covered, from `llvm-cov show` of that function:
-# "NAME: ran N times, L/M lines" and, with --lines, the line numbers missed.
-report() { # target regex
+# How often each function whose name matches REGEX ran and how many of its
+# lines were reached, from `llvm-cov show` over the crate's functions
+# (v0-mangled names, read here: no rustfilt needed); with `lines`, the line
+# numbers not reached.
+report() { # target regex [lines]
   local t=$1 re=$2
-  local bin="target/$triple/coverage/$triple/release/$t"
-  local prof="coverage/$t/coverage.profdata"
-  "$cov" show "$bin" -instr-profile="$prof" -name-regex="$re" -show-line-counts \
-    -use-color=false 2>/dev/null | python3 -c '
+  "$cov" show "target/$triple/coverage/$triple/release/$t" \
+    -instr-profile="coverage/$t/coverage.profdata" -name-regex=governed_exec \
+    -show-line-counts -use-color=false 2>/dev/null | python3 -c "$report_py" "$re" "${3:-}"
+}
+report_py=$(cat <<'PY'
 import re, sys
-fns = {}
-name = None
+want = re.compile(sys.argv[1])
+show_lines = len(sys.argv) > 2 and sys.argv[2] == "lines"
+
+def demangle(s):
+    """The path of a v0-mangled governed_exec symbol, closures folded into
+    their function: enough to name what a target is for."""
+    k = s.find("13governed_exec")
+    if k < 0:
+        return None
+    i, out = k + len("13governed_exec"), []
+    while i < len(s):
+        c = s[i]
+        if c in "Bs":
+            j = s.find("_", i)
+            i = len(s) if j < 0 else j + 1
+        elif c.isdigit():
+            m = re.match(r"\d+", s[i:])
+            n = int(m.group())
+            i += len(m.group())
+            if i < len(s) and s[i] == "_":
+                i += 1
+            if n:
+                out.append(s[i:i + n])
+            i += n
+        else:
+            i += 1
+    return "::".join(out)
+
+fns, name = {}, None
 for line in sys.stdin:
     line = line.rstrip("\n")
     if line and not line.startswith(" ") and line.endswith(":") and "|" not in line:
-        name = re.sub(r"::h[0-9a-f]{16}:$|:$", "", line)
-        name = re.sub(r"^.*?(governed_exec::)", r"\1", name)
-        fns.setdefault(name, [None, [], []])
+        path = demangle(line[:-1])
+        name = path if path and want.search(path) else None
+        if name:
+            fns.setdefault(name, {})
         continue
-    m = re.match(r"\s*(\d+)\|\s*([0-9.kMGE]*)\|", line)
-    if not m or name is None or m.group(2) == "":
+    m = re.match(r"\s*(\d+)\|\s*([0-9.]+[kMGTE]?)\|", line)
+    if not m or name is None:
         continue
     n, c = int(m.group(1)), m.group(2)
-    count = float(c[:-1]) * {"k": 1e3, "M": 1e6, "G": 1e9, "E": 1e18}[c[-1]] if c[-1] in "kMGE" else float(c)
+    mult = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "E": 1e18}
+    count = float(c[:-1]) * mult[c[-1]] if c[-1] in mult else float(c)
     f = fns[name]
-    if f[0] is None:
-        f[0] = count
-    (f[1] if count > 0 else f[2]).append(n)
-if not fns:
-    print("   (none of its functions were found in the coverage build)")
-for name, (ran, hit, miss) in sorted(fns.items()):
-    total = len(hit) + len(miss)
-    short = name.replace("governed_exec::", "")
-    print(f"   {short}: ran {int(ran or 0)} times, {len(hit)}/{total} lines")
-    if miss and sys.argv[1] == "lines":
+    f[n] = max(f.get(n, 0), count)
+# Closures are separate functions in the profile; fold each into the
+# function whose name it extends.
+merged = {}
+for name in sorted(fns, key=len):
+    parent = next((p for p in merged if name.startswith(p + "::")), None)
+    tgt = merged.setdefault(parent or name, {})
+    for n, c in fns[name].items():
+        tgt[n] = max(tgt.get(n, 0), c)
+if not merged:
+    print("   (none of its functions is in the coverage build)")
+for name, lines in sorted(merged.items()):
+    first = min(lines)
+    hit = sorted(n for n, c in lines.items() if c > 0)
+    miss = sorted(n for n, c in lines.items() if c == 0)
+    print(f"   {name}: ran {int(lines[first])} times, {len(hit)}/{len(lines)} lines")
+    if miss and show_lines:
         print(f"     lines not reached: {miss}")
-' "${3:-}"
-}
+PY
+)
 
 echo
 echo "== coverage of the functions each target is for (corpus replay, llvm-cov)"

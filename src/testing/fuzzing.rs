@@ -1037,6 +1037,22 @@ mod tests {
                 v.unmet
             );
         }
+        let v = judge_signed(&seed("verify_envelope", "mismatch-resources.bin")).expect("signed");
+        for check in [
+            "format: statement type",
+            "goal: receipt is for goal",
+            "goal: receipt is for revision",
+            "goal: receipt's goal digest",
+            "format: product",
+            "resources",
+            "network",
+        ] {
+            assert!(
+                v.unmet.iter().any(|u| u.starts_with(check)),
+                "{check} not unmet: {:?}",
+                v.unmet
+            );
+        }
         let v =
             judge_signed(&seed("verify_envelope", "resources-network-links.bin")).expect("signed");
         for check in [
