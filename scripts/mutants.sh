@@ -61,6 +61,10 @@ if [ "${place[0]}" = --in-place ] && ! git diff --quiet -- src; then
   exit 2
 fi
 
+# A mutant that breaks a proptest makes proptest save its "regression"
+# beside the source; those are the mutant's, not the code's.
+keep_regressions=0
+[ -e proptest-regressions ] && keep_regressions=1
 summary=()
 status=0
 for m in "${modules[@]}"; do
@@ -90,7 +94,11 @@ for m in "${modules[@]}"; do
     --minimum-test-timeout 60 -f "$file" "${filter[@]}" "${targets[@]}" -o "$out" \
     -- -- ${args#* -- } >&2 || true
   d="$out/mutants.out"
-  count() { [ -f "$d/$1.txt" ] && grep -c . "$d/$1.txt" || echo 0; }
+  count() {
+    local n
+    n=$(grep -c . "$d/$1.txt" 2>/dev/null) || true
+    echo "${n:-0}"
+  }
   caught=$(( $(count caught) + $(count timeout) ))
   missed=$(count missed)
   viable=$(( caught + missed ))
@@ -104,6 +112,8 @@ for m in "${modules[@]}"; do
   [ "$pct" -lt 90 ] && { mark="BELOW 90 %"; status=1; }
   summary+=("$(printf '%-15s %4d/%-4d caught %3d %%  %s' "$name" "$caught" "$viable" "$pct" "$mark")")
 done
+
+[ "$keep_regressions" = 1 ] || rm -rf proptest-regressions
 
 echo
 echo "caught (or timed out) / viable mutants, target 90 %:"

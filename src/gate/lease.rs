@@ -302,6 +302,25 @@ pub(crate) mod tests {
         assert!(over.contains("byte bound"), "{over}");
     }
 
+    /// `update_manifest` creates a missing manifest only when asked to
+    /// (`approve`), never for `revoke` (a mistyped path must not become an
+    /// empty manifest that revokes nothing), and takes its lock on
+    /// `NAME.lock` beside it.
+    #[test]
+    fn update_manifest_creates_only_when_asked_and_locks_beside_it() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("m.json");
+        assert!(update_manifest(&p, false, |_| Ok(())).is_err());
+        assert!(!p.exists(), "created without being asked");
+        update_manifest(&p, true, |m| {
+            assert!(m.leases.is_empty());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(load_manifest(&p).unwrap().schema, MANIFEST_SCHEMA);
+        assert!(d.path().join("m.json.lock").is_file());
+    }
+
     #[test]
     fn whitespace_inside_strings_is_kept() {
         assert_eq!(
