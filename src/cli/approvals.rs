@@ -31,8 +31,8 @@ use crate::cli::args::{ApproveCmd, CheckFormat};
 use crate::evidence::{escape, sign};
 use crate::gate::lease;
 use crate::model::approvals::{self as file_shape, Entry, NumberOrText};
+use crate::model::limits::{parse_duration, parse_max_processes, parse_size};
 use crate::model::{goal, LeaseBody, Manifest, Revocation};
-use crate::process::limits::{parse_duration, parse_max_processes, parse_size};
 
 /// Bound on an approvals file's size.
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -629,12 +629,12 @@ fn shown_value(key: &str, v: &serde_json::Value) -> String {
         }
     }
     if let Some(n) = v.as_u64() {
-        let size = crate::process::limits::format_size(n);
+        let size = crate::model::limits::format_size(n);
         if (key.ends_with("_bytes") || key == "executable.size") && !size.ends_with("bytes") {
             return format!("{n} ({size})");
         }
         if key.ends_with("_ms") {
-            return format!("{n} ({})", crate::process::limits::format_ms(n));
+            return format!("{n} ({})", crate::model::limits::format_ms(n));
         }
     }
     match v {

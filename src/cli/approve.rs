@@ -10,12 +10,12 @@ use crate::gate::identity::{self, IdentityError, CLEAN_PATH};
 use crate::gate::lease;
 use crate::ledger::{LedgerSpec, LedgerSpecError};
 use crate::model::goal;
+use crate::model::limits::{format_ms, format_size, tier};
 use crate::model::{
     Binding, EnvPolicy, IsolationRequest, LeaseBody, Limits, Manifest, MaxProcesses, NoSuchId,
     Profile, Request, Supersession, UserSpec, LEASE_SCHEMA,
 };
 use crate::process::isolation::boundary_text;
-use crate::process::limits::{format_ms, format_size, tier};
 use crate::process::network;
 use crate::run::{new_id, read_request, RequestError};
 use crate::{evidence::escape, evidence::sign, process::env};

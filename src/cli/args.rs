@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::ledger::journal::Classification;
+use crate::model::limits::{parse_duration, parse_max_processes, parse_size};
 use crate::model::{MaxProcesses, Profile};
-use crate::process::limits::{parse_duration, parse_max_processes, parse_size};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -11,12 +11,12 @@
 use nix::sys::resource::{getrlimit, Resource};
 use serde::Serialize;
 
+use crate::model::limits::tier;
 use crate::model::{MaxProcesses, Profile};
 use crate::os::sys::{self, CAP_SYS_RESOURCE};
 use crate::process::accounting;
 use crate::process::cgroup::{self, RunCgroups};
 use crate::process::isolation;
-use crate::process::limits::tier;
 use crate::process::process_limit;
 
 #[derive(Debug, Serialize)]

@@ -7,7 +7,8 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
-use sha2::{Digest, Sha256};
+
+pub use crate::model::digest::sha256_hex;
 
 use crate::model::{DsseSignature, Envelope};
 use crate::os::safe_io;
@@ -37,10 +38,6 @@ pub enum KeyError {
     },
     #[error("cannot generate a key: no system randomness: {0}")]
     Random(String),
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// Key id, in the convention DSSE/in-toto tooling computes by default

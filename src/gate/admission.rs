@@ -729,7 +729,7 @@ mod tests {
                 interpreter: None,
             },
             cwd: dir,
-            limits: crate::process::limits::tier(Profile::Standard),
+            limits: crate::model::limits::tier(Profile::Standard),
             env: EnvPolicy {
                 path: "/usr/bin".into(),
                 fixed: Default::default(),

@@ -201,7 +201,7 @@ pub(crate) mod tests {
                 interpreter: None,
             },
             cwd: dir("/w"),
-            limits: crate::process::limits::tier(Profile::Short),
+            limits: crate::model::limits::tier(Profile::Short),
             env: EnvPolicy {
                 path: "/usr/bin".into(),
                 fixed: [("A".to_string(), "1".to_string())].into(),
@@ -310,13 +310,9 @@ pub(crate) mod tests {
     fn update_manifest_creates_only_when_asked_and_locks_beside_it() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("m.json");
-        assert!(update_manifest(&p, false, |_| Ok(())).is_err());
+        assert!(update_manifest(&p, false, |_| ()).is_err());
         assert!(!p.exists(), "created without being asked");
-        update_manifest(&p, true, |m| {
-            assert!(m.leases.is_empty());
-            Ok(())
-        })
-        .unwrap();
+        update_manifest(&p, true, |m| assert!(m.leases.is_empty())).unwrap();
         assert_eq!(load_manifest(&p).unwrap().schema, MANIFEST_SCHEMA);
         assert!(d.path().join("m.json.lock").is_file());
     }

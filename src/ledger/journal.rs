@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::sign::sha256_hex;
+use crate::model::digest::sha256_hex;
 use crate::model::{CleanupState, DirIdentity, ExecutableIdentity, GoalRef, OutcomeClass, Reason};
 
 pub const JOURNAL_VERSION: u32 = 1;

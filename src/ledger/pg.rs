@@ -33,10 +33,10 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 
-use crate::evidence::sign::sha256_hex;
 use crate::ledger::journal::{
     self, Committed, Entry, Event, Record, Summary, GENESIS, JOURNAL_VERSION,
 };
+use crate::model::digest::sha256_hex;
 
 use super::{AttemptHold, Chain, GoalSession, Ledger, LedgerError};
 

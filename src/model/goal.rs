@@ -3,7 +3,7 @@
 
 use std::path::{Component, Path};
 
-use crate::evidence::sign::sha256_hex;
+use crate::model::digest::sha256_hex;
 use crate::model::units::UnitError;
 use crate::model::{parse_json, units, Criterion, Goal, GoalRef, ParseError, GOAL_SCHEMA};
 

@@ -5,8 +5,10 @@
 //! never be ignored. Every format carries a schema string from day one.
 
 pub mod approvals;
+pub mod digest;
 pub mod exit_code;
 pub mod goal;
+pub mod limits;
 #[cfg(feature = "schema")]
 pub mod schema;
 pub mod units;

@@ -447,7 +447,7 @@ mod tests {
     }
 
     fn limits() -> Limits {
-        crate::process::limits::tier(crate::model::Profile::Short)
+        crate::model::limits::tier(crate::model::Profile::Short)
     }
 
     fn ru() -> Rusage {

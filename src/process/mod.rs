@@ -7,7 +7,6 @@ pub mod capture;
 pub mod cgroup;
 pub mod env;
 pub mod isolation;
-pub mod limits;
 pub mod network;
 pub mod oom;
 pub mod process_limit;

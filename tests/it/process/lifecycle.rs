@@ -154,7 +154,10 @@ fn leftovers_count_the_same_with_and_without_a_pid_namespace() {
         let e = Env::new();
         let marker = 2_000_000 + u64::from(std::process::id()) * 2 + iso.len() as u64;
         let (r, receipt) = left_behind_sleep(&e, iso, marker);
-        if no_pid_namespace_here("leftovers_count_the_same_with_and_without_a_pid_namespace", &r) {
+        if no_pid_namespace_here(
+            "leftovers_count_the_same_with_and_without_a_pid_namespace",
+            &r,
+        ) {
             return;
         }
         assert_eq!(r.code, 0, "{iso:?}: {}", r.stderr);
@@ -184,7 +187,10 @@ fn a_pid_namespace_main_gets_its_signals_and_stops_as_untraced() {
     let probe = ["sh", "-c", script];
     e.approve(&["--pid-namespace", "--wall-time", "20s"], &probe);
     let r = e.run(&[], &probe);
-    if no_pid_namespace_here("a_pid_namespace_main_gets_its_signals_and_stops_as_untraced", &r) {
+    if no_pid_namespace_here(
+        "a_pid_namespace_main_gets_its_signals_and_stops_as_untraced",
+        &r,
+    ) {
         return;
     }
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -215,7 +221,10 @@ fn a_pid_namespace_timeout_still_reaps_a_term_ignoring_main() {
         &probe,
     );
     let r = e.run(&[], &probe);
-    if no_pid_namespace_here("a_pid_namespace_timeout_still_reaps_a_term_ignoring_main", &r) {
+    if no_pid_namespace_here(
+        "a_pid_namespace_timeout_still_reaps_a_term_ignoring_main",
+        &r,
+    ) {
         return;
     }
     assert_eq!(r.code, 124, "{}", r.stderr);
@@ -239,7 +248,10 @@ fn an_unobserved_pid_namespace_teardown_is_not_a_count_of_zero() {
     ));
     let receipt = e.path("r.json");
     std::fs::write(&receipt, &r.stdout).unwrap();
-    if no_pid_namespace_here("an_unobserved_pid_namespace_teardown_is_not_a_count_of_zero", &r) {
+    if no_pid_namespace_here(
+        "an_unobserved_pid_namespace_teardown_is_not_a_count_of_zero",
+        &r,
+    ) {
         return;
     }
     assert_eq!(r.code, 0, "{}", r.stderr);
