@@ -417,15 +417,7 @@ pub fn lease_body(
     let cwd_path = identity::resolve_cwd(&ws_canon, &request.cwd)?;
     let cwd = identity::open_dir(&cwd_path).map_err(ApproveError::CwdIdentity)?;
 
-    let mut fixed = std::collections::BTreeMap::new();
-    for s in &a.env {
-        let (k, v) = env::parse_assignment(s)?;
-        fixed.insert(k, v);
-    }
-    let path = fixed
-        .remove("PATH")
-        .unwrap_or_else(|| CLEAN_PATH.to_string());
-    let env_policy = EnvPolicy { path, fixed };
+    let env_policy = env_policy(a)?;
     let exe = identity::open_executable(
         &request.executable,
         &env_policy.path,
@@ -435,6 +427,64 @@ pub fn lease_body(
     )?;
 
     let limits = apply_overrides(tier(request.profile), &a.limits)?;
+    let isolation = isolation_request(a, &env_policy)?;
+    if a.uses == 0 {
+        return Err(ApproveError::ZeroUses);
+    }
+    let ledger = lease_ledger(a)?;
+    let (binding, portable) = if a.portable {
+        (
+            Binding::Portable,
+            Some(identity::portable(&exe.identity, &ws_canon)),
+        )
+    } else {
+        (Binding::Machine, None)
+    };
+    let expires = expiry(now, a.ttl)?;
+    let approver = approver_name(a);
+    Ok(LeaseBody {
+        schema: LEASE_SCHEMA.into(),
+        lease_id: new_id("lease"),
+        goal: goal.reference(),
+        workspace: workspace.identity,
+        request,
+        executable: exe.identity,
+        cwd: cwd.identity,
+        limits,
+        env: env_policy,
+        isolation,
+        approver,
+        issued_at: humantime::format_rfc3339_seconds(now).to_string(),
+        expires_at: humantime::format_rfc3339_seconds(expires).to_string(),
+        max_uses: a.uses,
+        binding,
+        portable,
+        ledger,
+    })
+}
+
+/// The request's environment: `--env` assignments, `PATH` apart (the clean
+/// one unless given).
+fn env_policy(a: &ApproveArgs) -> Result<EnvPolicy, ApproveError> {
+    let mut fixed = std::collections::BTreeMap::new();
+    for s in &a.env {
+        let (k, v) = env::parse_assignment(s)?;
+        fixed.insert(k, v);
+    }
+    let path = fixed
+        .remove("PATH")
+        .unwrap_or_else(|| CLEAN_PATH.to_string());
+    let env_policy = EnvPolicy { path, fixed };
+    Ok(env_policy)
+}
+
+/// The isolation the lease asks of its run: the filesystem scopes made
+/// canonical, the network allow-list (no proxy variable fixed beside it),
+/// the daemon sockets (absolute paths).
+fn isolation_request(
+    a: &ApproveArgs,
+    env_policy: &EnvPolicy,
+) -> Result<IsolationRequest, ApproveError> {
     let canonical_all = |flag: &'static str, paths: &[PathBuf]| {
         paths
             .iter()
@@ -487,11 +537,12 @@ pub fn lease_body(
         pid_namespace: a.pid_namespace,
         allow_net,
     };
-    if a.uses == 0 {
-        return Err(ApproveError::ZeroUses);
-    }
-    let ledger = a
-        .ledger
+    Ok(isolation)
+}
+
+/// The ledger the lease names, as the lease records it.
+fn lease_ledger(a: &ApproveArgs) -> Result<Option<String>, ApproveError> {
+    Ok(a.ledger
         .as_deref()
         .map(|l| {
             LedgerSpec::parse(l).and_then(|s| {
@@ -502,40 +553,15 @@ pub fn lease_body(
                 }
             })
         })
-        .transpose()?;
-    let (binding, portable) = if a.portable {
-        (
-            Binding::Portable,
-            Some(identity::portable(&exe.identity, &ws_canon)),
-        )
-    } else {
-        (Binding::Machine, None)
-    };
-    let expires = expiry(now, a.ttl)?;
-    let approver = a
-        .approver
+        .transpose()?)
+}
+
+/// Who approves: `--approver`, else `$USER`, else the uid.
+fn approver_name(a: &ApproveArgs) -> String {
+    a.approver
         .clone()
         .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()));
-    Ok(LeaseBody {
-        schema: LEASE_SCHEMA.into(),
-        lease_id: new_id("lease"),
-        goal: goal.reference(),
-        workspace: workspace.identity,
-        request,
-        executable: exe.identity,
-        cwd: cwd.identity,
-        limits,
-        env: env_policy,
-        isolation,
-        approver,
-        issued_at: humantime::format_rfc3339_seconds(now).to_string(),
-        expires_at: humantime::format_rfc3339_seconds(expires).to_string(),
-        max_uses: a.uses,
-        binding,
-        portable,
-        ledger,
-    })
+        .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()))
 }
 
 /// Resolve, sign and store the lease. Returns the lease id.
