@@ -822,6 +822,52 @@ fn guard_ruleset(
     seccomp_network: bool,
     mounts: &[reach::Mount],
 ) -> Result<(OwnedFd, String), String> {
+    let key_paths = guard_key_paths(protect, root_child, mounts)?;
+    let protected = guard_protected(&key_paths, writable, protect, mounts)?;
+    let ancestors: std::collections::HashSet<PathBuf> = protected
+        .iter()
+        .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf))
+        .collect();
+    let abi_v = ABI::from(abi as i32);
+    let all = AccessFs::from_all(abi_v);
+    let created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(|e| e.to_string())?
+        .scope(guard_scopes(abi, seccomp_network))
+        .map_err(|e| e.to_string())?
+        .create()
+        .map_err(|e| e.to_string())?;
+    let guarded = Guarded {
+        writable,
+        protected: &protected,
+        ancestors: &ancestors,
+        abi: abi_v,
+    };
+    let (created, rules, unlisted) = guard_walk(created, &guarded)?;
+    let fd: Option<OwnedFd> = created.into();
+    let fd = fd.ok_or_else(|| "Landlock ruleset was not created".to_string())?;
+    Ok((
+        fd,
+        format!(
+            "Landlock (ABI {abi}) denies the child {} path(s) of the key and the state dir ({rules} rules{})",
+            key_paths.len(),
+            if unlisted > 0 {
+                format!("; {unlisted} directory(ies) on the way this uid cannot list: only the writable paths in them are open to the child")
+            } else {
+                String::new()
+            }
+        ),
+    ))
+}
+
+/// The key's paths (every alias of it), when Landlock can protect it: a
+/// single hard link, and no raw disk this uid can read.
+fn guard_key_paths(
+    protect: &Protect<'_>,
+    root_child: bool,
+    mounts: &[reach::Mount],
+) -> Result<Vec<PathBuf>, String> {
     let key_paths = reach::aliases(protect.key, mounts)
         .map_err(|e| format!("runner key {}: {e}", protect.key.display()))?;
     let nlink = std::fs::metadata(protect.key).map_or(0, |m| m.nlink());
@@ -839,7 +885,19 @@ fn guard_ruleset(
             dev.display()
         ));
     }
-    let mut protected = key_paths.clone();
+    Ok(key_paths)
+}
+
+/// Every path the guard denies: the key's, the state dir's, the ledger
+/// directory's and credentials' (and their aliases); none may contain or
+/// lie within a writable path.
+fn guard_protected(
+    key_paths: &[PathBuf],
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+    mounts: &[reach::Mount],
+) -> Result<Vec<PathBuf>, String> {
+    let mut protected = key_paths.to_vec();
     for p in [Some(protect.state_dir), protect.ledger_dir]
         .into_iter()
         .flatten()
@@ -860,16 +918,14 @@ fn guard_ruleset(
             ));
         }
     }
-    let ancestors: std::collections::HashSet<PathBuf> = protected
-        .iter()
-        .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf))
-        .collect();
-    let abi_v = ABI::from(abi as i32);
-    let all = AccessFs::from_all(abi_v);
-    // ABI 6 scopes: the child may not signal a process outside its domain
-    // (a SIGSTOP'd runner enforces no wall time and no cancellation), and
-    // under the seccomp form of --no-network (no network namespace) it may
-    // not connect to the host's abstract unix sockets (a local proxy).
+    Ok(protected)
+}
+
+/// ABI 6 scopes: the child may not signal a process outside its domain
+/// (a SIGSTOP'd runner enforces no wall time and no cancellation), and
+/// under the seccomp form of --no-network (no network namespace) it may
+/// not connect to the host's abstract unix sockets (a local proxy).
+fn guard_scopes(abi: i64, seccomp_network: bool) -> landlock::BitFlags<landlock::Scope> {
     let mut scopes = landlock::BitFlags::<landlock::Scope>::empty();
     if abi >= 6 {
         scopes |= landlock::Scope::Signal;
@@ -877,14 +933,28 @@ fn guard_ruleset(
             scopes |= landlock::Scope::AbstractUnixSocket;
         }
     }
-    let mut created = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(all)
-        .map_err(|e| e.to_string())?
-        .scope(scopes)
-        .map_err(|e| e.to_string())?
-        .create()
-        .map_err(|e| e.to_string())?;
+    scopes
+}
+
+/// What the guard's walk of the tree goes by.
+struct Guarded<'a> {
+    writable: &'a [PathBuf],
+    protected: &'a [PathBuf],
+    /// The directories above a protected path.
+    ancestors: &'a std::collections::HashSet<PathBuf>,
+    abi: ABI,
+}
+
+/// Walk the tree from `/`: each directory above a protected path gets
+/// `READ_DIR` and its other entries everything. Returns the ruleset, the
+/// number of rules added, and the number of directories this uid could not
+/// list.
+fn guard_walk(
+    mut created: landlock::RulesetCreated,
+    g: &Guarded<'_>,
+) -> Result<(landlock::RulesetCreated, usize, usize), String> {
+    let (protected, ancestors) = (g.protected, g.ancestors);
+    let all = AccessFs::from_all(g.abi);
     let mut rules = 0usize;
     let mut unlisted = 0usize;
     let mut stack = vec![PathBuf::from("/")];
@@ -896,41 +966,11 @@ fn guard_ruleset(
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                // A directory this uid may enter but not list (a 0711
-                // scratch root of an outer governed-exec, a shared home):
-                // its entries cannot be enumerated, so only the ones known
-                // from the paths involved get rules — the way on to the
-                // key and state dir, and the writable paths below it; the
-                // rest of it is denied to the child, which could not list
-                // it either.
+                // A directory this uid may enter but not list.
                 unlisted += 1;
-                let below = |p: &Path| {
-                    p.strip_prefix(&dir)
-                        .ok()
-                        .and_then(|rest| rest.components().next())
-                        .map(|c| dir.join(c))
-                };
-                let mut known: Vec<PathBuf> = writable
-                    .iter()
-                    .chain(ancestors.iter())
-                    .filter_map(|p| below(p))
-                    .collect();
-                known.sort();
-                known.dedup();
-                for p in known {
-                    if protected.contains(&p) {
-                        continue;
-                    }
-                    if ancestors.contains(&p) {
-                        stack.push(p);
-                        continue;
-                    }
-                    let Ok(fd) = PathFd::new(&p) else { continue };
-                    created = created
-                        .add_rule(PathBeneath::new(fd, all))
-                        .map_err(|e| format!("{}: {e}", p.display()))?;
-                    rules += 1;
-                }
+                let (c, n) = unlisted_dir_rules(created, &dir, g, &mut stack)?;
+                created = c;
+                rules += n;
                 continue;
             }
             Err(e) => return Err(format!("{}: {e}", dir.display())),
@@ -952,7 +992,7 @@ fn guard_ruleset(
             let access = if ft.is_dir() {
                 all
             } else {
-                all & AccessFs::from_file(abi_v)
+                all & AccessFs::from_file(g.abi)
             };
             let Ok(fd) = PathFd::new(&p) else { continue };
             created = created
@@ -961,20 +1001,52 @@ fn guard_ruleset(
             rules += 1;
         }
     }
-    let fd: Option<OwnedFd> = created.into();
-    let fd = fd.ok_or_else(|| "Landlock ruleset was not created".to_string())?;
-    Ok((
-        fd,
-        format!(
-            "Landlock (ABI {abi}) denies the child {} path(s) of the key and the state dir ({rules} rules{})",
-            key_paths.len(),
-            if unlisted > 0 {
-                format!("; {unlisted} directory(ies) on the way this uid cannot list: only the writable paths in them are open to the child")
-            } else {
-                String::new()
-            }
-        ),
-    ))
+    Ok((created, rules, unlisted))
+}
+
+/// A directory this uid may enter but not list (a 0711 scratch root of an
+/// outer governed-exec, a shared home): its entries cannot be enumerated,
+/// so only the ones known from the paths involved get rules — the way on to
+/// the key and state dir, and the writable paths below it; the rest of it
+/// is denied to the child, which could not list it either. Directories on
+/// the way go onto `stack`; returns the ruleset and the rules added.
+fn unlisted_dir_rules(
+    mut created: landlock::RulesetCreated,
+    dir: &Path,
+    g: &Guarded<'_>,
+    stack: &mut Vec<PathBuf>,
+) -> Result<(landlock::RulesetCreated, usize), String> {
+    let (writable, protected, ancestors) = (g.writable, g.protected, g.ancestors);
+    let all = AccessFs::from_all(g.abi);
+    let mut rules = 0usize;
+    let below = |p: &Path| {
+        p.strip_prefix(dir)
+            .ok()
+            .and_then(|rest| rest.components().next())
+            .map(|c| dir.join(c))
+    };
+    let mut known: Vec<PathBuf> = writable
+        .iter()
+        .chain(ancestors.iter())
+        .filter_map(|p| below(p))
+        .collect();
+    known.sort();
+    known.dedup();
+    for p in known {
+        if protected.contains(&p) {
+            continue;
+        }
+        if ancestors.contains(&p) {
+            stack.push(p);
+            continue;
+        }
+        let Ok(fd) = PathFd::new(&p) else { continue };
+        created = created
+            .add_rule(PathBeneath::new(fd, all))
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        rules += 1;
+    }
+    Ok((created, rules))
 }
 
 /// A path the kernel cannot take (a NUL byte in it).
