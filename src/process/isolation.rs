@@ -674,35 +674,47 @@ fn host_metadata<'p>(paths: impl Iterator<Item = &'p Path>) -> HashMap<PathBuf, 
 /// why. `run` reads these to decide what the receipt may claim (a reachable
 /// daemon socket means the key is in reach and the cleanup evadable).
 fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
-    let ids = inp.ids;
-    let who = ids.describe();
     // A cover holds only with the guard or a fresh /proc (`reach::covers_hold`).
     let covers_hold =
         reach::covers_hold(inp.guard.is_some(), inp.plan.is_some_and(|p| p.fresh_proc));
     let plan = inp.plan.filter(|_| covers_hold);
-    let entry = |channel: &str, path: Option<&Path>, reachable: bool, how: String| ReachEntry {
+    let mut out = socket_entries(inp, plan);
+    out.extend(file_entries(inp, plan));
+    out.push(signal_entry(inp));
+    out
+}
+
+/// One channel of the child's reach.
+fn reach_entry(channel: &str, path: Option<&Path>, reachable: bool, how: String) -> ReachEntry {
+    ReachEntry {
         channel: channel.into(),
         path: path.map(|p| p.display().to_string()),
         reachable,
         how,
-    };
+    }
+}
+
+/// Each daemon socket that exists: covered, reachable, or denied by its modes.
+fn socket_entries(inp: &ReachInputs<'_>, plan: Option<&MountPlan>) -> Vec<ReachEntry> {
+    let ids = inp.ids;
+    let who = ids.describe();
     let mut out = Vec::new();
     for (sock, daemon) in inp.sockets {
         let Some(meta) = inp.host_meta.get(sock) else {
             continue;
         };
         let e = match reach::socket_reach(ids, covered(plan, inp.mounts, sock, false), meta) {
-            reach::SocketReach::Covered => entry(
+            reach::SocketReach::Covered => reach_entry(
                 "daemon_socket",
                 Some(sock),
                 false,
                 format!("{daemon}: covered by /dev/null in the child's mount namespace"),
             ),
-            reach::SocketReach::Reachable => entry("daemon_socket", Some(sock), true, format!(
+            reach::SocketReach::Reachable => reach_entry("daemon_socket", Some(sock), true, format!(
                 "{daemon}: the child ({who}) may connect ({}); the daemon can read the runner key and start processes outside every witness of this run",
                 reach::mode_text(meta)
             )),
-            reach::SocketReach::Denied => entry(
+            reach::SocketReach::Denied => reach_entry(
                 "daemon_socket",
                 Some(sock),
                 false,
@@ -714,6 +726,15 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
         };
         out.push(e);
     }
+    out
+}
+
+/// The ledger directory and credentials that exist: covered, guarded,
+/// reachable, or denied by their modes.
+fn file_entries(inp: &ReachInputs<'_>, plan: Option<&MountPlan>) -> Vec<ReachEntry> {
+    let ids = inp.ids;
+    let who = ids.describe();
+    let mut out = Vec::new();
     let files = inp
         .protect
         .ledger_dir
@@ -730,21 +751,21 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
             continue;
         };
         let e = if covered(plan, inp.mounts, path, dir) {
-            entry(
+            reach_entry(
                 channel,
                 Some(path),
                 false,
                 "covered in the child's mount namespace".into(),
             )
         } else if let Some(abi) = inp.guard {
-            entry(
+            reach_entry(
                 channel,
                 Some(path),
                 false,
                 format!("the Landlock guard (ABI {abi}) denies it"),
             )
         } else if ids.may(meta, if dir { 3 } else { 4 }) {
-            entry(
+            reach_entry(
                 channel,
                 Some(path),
                 true,
@@ -755,7 +776,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
                 ),
             )
         } else {
-            entry(
+            reach_entry(
                 channel,
                 Some(path),
                 false,
@@ -767,6 +788,13 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
         };
         out.push(e);
     }
+    out
+}
+
+/// Whether the child may signal the runner.
+fn signal_entry(inp: &ReachInputs<'_>) -> ReachEntry {
+    let ids = inp.ids;
+    let who = ids.describe();
     let (reachable, how) = if inp.pid_namespace {
         (
             false,
@@ -790,8 +818,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
             "the child ({who}) may signal the runner: a SIGSTOP would stop the wall time and cancellation from being enforced"
         ))
     };
-    out.push(entry("runner_signals", None, reachable, how));
-    out
+    reach_entry("runner_signals", None, reachable, how)
 }
 
 /// A block device node under `/dev` (or `/dev/mapper`) this process can open
