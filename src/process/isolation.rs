@@ -380,21 +380,11 @@ pub fn prepare(
             .chain(protect.credentials.iter().map(PathBuf::as_path)),
     );
     let ns = enter_namespaces(req.no_network, &req.allow_net, req.pid_namespace)?;
+    let root_child = uid0_child(req, euid, child_uid)?;
     // A root runner under isolation gives the child its own mount namespace
     // (the child is root until it drops to --as-user, and a uid-0 child stays
     // root): the runner's key and state dir, cgroupfs and host devices are
     // covered there, /proc is fresh in a PID namespace.
-    const CAP_SETPCAP: u32 = 8;
-    // `--as-user 0` is a uid-0 child too: it loses every capability, but
-    // uid 0 still owns the directories above the state dir and may rename
-    // them, so it gets the same Landlock guard as any isolated uid-0 child.
-    let root_child = euid == 0 && child_uid == 0 && any_isolation(req);
-    if root_child && !sys::has_effective_capability(CAP_SETPCAP) {
-        return Err(unavailable(
-            "isolation for a uid-0 child",
-            "dropping the capabilities that would undo it from the bounding set needs CAP_SETPCAP, which governed-exec does not hold (use --as-user)",
-        ));
-    }
     let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
         mount_namespace(req, writable, protect, (&sockets, &mount_table), can_mount)?
     } else {
@@ -413,10 +403,9 @@ pub fn prepare(
         } else {
             (None, 0, None)
         };
-    let ids = match creds {
-        Some(c) => reach::ChildIds::switched(c.uid, c.gid),
-        None => reach::ChildIds::runners_own(),
-    };
+    let ids = creds.map_or_else(reach::ChildIds::runners_own, |c| {
+        reach::ChildIds::switched(c.uid, c.gid)
+    });
     let guarded = landlock_guard_fd.is_some();
     let reach = reach_entries(&ReachInputs {
         ids: &ids,
@@ -451,6 +440,23 @@ pub fn prepare(
         key_landlocked,
         proxy: ns.proxy,
     })
+}
+
+/// Whether the child is a uid 0 under isolation, and if so that the
+/// capabilities that would undo it can be dropped from its bounding set.
+/// `--as-user 0` is a uid-0 child too: it loses every capability, but uid 0
+/// still owns the directories above the state dir and may rename them, so it
+/// gets the same Landlock guard as any isolated uid-0 child.
+fn uid0_child(req: &IsolationRequest, euid: u32, child_uid: u32) -> Result<bool, Unavailable> {
+    const CAP_SETPCAP: u32 = 8;
+    let root_child = euid == 0 && child_uid == 0 && any_isolation(req);
+    if root_child && !sys::has_effective_capability(CAP_SETPCAP) {
+        return Err(unavailable(
+            "isolation for a uid-0 child",
+            "dropping the capabilities that would undo it from the bounding set needs CAP_SETPCAP, which governed-exec does not hold (use --as-user)",
+        ));
+    }
+    Ok(root_child)
 }
 
 /// The child's mount plan, and whether it covers every path of the key.
