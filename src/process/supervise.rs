@@ -1050,98 +1050,122 @@ fn kill_all_and_confirm(main: &Main, count_as_leftovers: bool, cgroups: &RunCgro
         first = false;
         // Whether some witness could not be read in this pass: then nothing
         // is observed gone, whatever the others say.
-        let mut blind = false;
-        match cgroups.members() {
-            Ok(ms) => {
-                for m in ms {
-                    if m != pid.as_raw() && proc_state(m).is_some_and(|(st, _)| st != 'Z') {
-                        seen_alive.insert(m);
-                    }
-                }
-            }
-            Err(_) => blind = true,
-        }
-        cgroups.kill();
-        if !cgroups.has_kill() {
-            cgroups.kill_members();
-        }
-        let tree = descendants().unwrap_or_else(|_| {
-            blind = true;
-            Vec::new()
-        });
-        let mut present = Vec::new();
-        for node in &tree {
-            if node.pid == pid.as_raw() {
-                continue;
-            }
-            present.push(node.pid);
-            if signal_node(*node, Signal::SIGKILL) {
-                seen_alive.insert(node.pid);
-            }
-        }
-        // Reap the direct children just found (not main): the walk above
-        // is the list a second walk would read.
-        let me = std::process::id() as i32;
-        for node in tree
-            .iter()
-            .filter(|n| n.ppid == me && n.pid != pid.as_raw())
-        {
-            let _ = waitpid(Pid::from_raw(node.pid), Some(WaitPidFlag::WNOHANG));
-        }
+        let (mut present, mut blind) = kill_and_walk(pid, cgroups, &mut seen_alive);
         let main_done = main_has_exited(main);
-        // The cgroups are a second, independent witness: a process that is
-        // not in our tree but still in the run's cgroup is not gone.
-        let members: Vec<i32> = match cgroups.members() {
-            Ok(ms) => ms.into_iter().filter(|p| *p != pid.as_raw()).collect(),
-            Err(_) => {
-                blind = true;
-                Vec::new()
-            }
-        };
-        let populated = match cgroups.populated() {
-            None => false,
-            Some(Ok(p)) => p,
-            Some(Err(_)) => {
-                blind = true;
-                true
-            }
-        };
+        let (members, populated, cgroups_blind) = cgroup_witness(pid, cgroups);
+        blind |= cgroups_blind;
         let known: HashSet<i32> = present.iter().copied().collect();
         present.extend(members.into_iter().filter(|m| !known.contains(m)));
+        let leftovers = || {
+            if count_as_leftovers {
+                main.leftovers(&seen_alive)
+            } else {
+                0
+            }
+        };
         if present.is_empty() && main_done && !populated && !blind {
-            return Cleanup {
-                state: CleanupState::Gone,
-                mechanism: mechanism.clone(),
-                leftover_processes_killed: if count_as_leftovers {
-                    main.leftovers(&seen_alive)
-                } else {
-                    0
-                },
-                unconfirmed_pids: vec![],
-                witness: vec![],
-                evadable: true,
-                evadable_why: String::new(),
-            };
+            return cleanup_record(CleanupState::Gone, &mechanism, leftovers(), vec![]);
         }
         if Instant::now() >= end {
             if !main_done {
                 present.push(pid.as_raw());
             }
-            return Cleanup {
-                state: CleanupState::NotConfirmed,
-                mechanism: mechanism.clone(),
-                leftover_processes_killed: if count_as_leftovers {
-                    main.leftovers(&seen_alive)
-                } else {
-                    0
-                },
-                unconfirmed_pids: present,
-                witness: vec![],
-                evadable: true,
-                evadable_why: String::new(),
-            };
+            return cleanup_record(CleanupState::NotConfirmed, &mechanism, leftovers(), present);
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// One pass of the kill: the run's cgroup members and the process tree
+/// (main aside) are killed, the ones alive go into `seen_alive`, the direct
+/// children found are reaped. Returns what the tree walk found present (not
+/// main), and whether a witness could not be read.
+fn kill_and_walk(
+    pid: Pid,
+    cgroups: &RunCgroups,
+    seen_alive: &mut HashSet<i32>,
+) -> (Vec<i32>, bool) {
+    let mut blind = false;
+    match cgroups.members() {
+        Ok(ms) => {
+            for m in ms {
+                if m != pid.as_raw() && proc_state(m).is_some_and(|(st, _)| st != 'Z') {
+                    seen_alive.insert(m);
+                }
+            }
+        }
+        Err(_) => blind = true,
+    }
+    cgroups.kill();
+    if !cgroups.has_kill() {
+        cgroups.kill_members();
+    }
+    let tree = descendants().unwrap_or_else(|_| {
+        blind = true;
+        Vec::new()
+    });
+    let mut present = Vec::new();
+    for node in &tree {
+        if node.pid == pid.as_raw() {
+            continue;
+        }
+        present.push(node.pid);
+        if signal_node(*node, Signal::SIGKILL) {
+            seen_alive.insert(node.pid);
+        }
+    }
+    // Reap the direct children just found (not main): the walk above
+    // is the list a second walk would read.
+    let me = std::process::id() as i32;
+    for node in tree
+        .iter()
+        .filter(|n| n.ppid == me && n.pid != pid.as_raw())
+    {
+        let _ = waitpid(Pid::from_raw(node.pid), Some(WaitPidFlag::WNOHANG));
+    }
+    (present, blind)
+}
+
+/// The cgroups are a second, independent witness: a process that is not in
+/// our tree but still in the run's cgroup is not gone. Returns the members
+/// (not main), whether the v2 group is populated, and whether a witness could
+/// not be read.
+fn cgroup_witness(pid: Pid, cgroups: &RunCgroups) -> (Vec<i32>, bool, bool) {
+    let mut blind = false;
+    let members: Vec<i32> = match cgroups.members() {
+        Ok(ms) => ms.into_iter().filter(|p| *p != pid.as_raw()).collect(),
+        Err(_) => {
+            blind = true;
+            Vec::new()
+        }
+    };
+    let populated = match cgroups.populated() {
+        None => false,
+        Some(Ok(p)) => p,
+        Some(Err(_)) => {
+            blind = true;
+            true
+        }
+    };
+    (members, populated, blind)
+}
+
+/// The cleanup's record: no witness named here, evadable until `run` says
+/// otherwise.
+fn cleanup_record(
+    state: CleanupState,
+    mechanism: &str,
+    leftover_processes_killed: u64,
+    unconfirmed_pids: Vec<i32>,
+) -> Cleanup {
+    Cleanup {
+        state,
+        mechanism: mechanism.to_string(),
+        leftover_processes_killed,
+        unconfirmed_pids,
+        witness: vec![],
+        evadable: true,
+        evadable_why: String::new(),
     }
 }
