@@ -371,21 +371,7 @@ fn approve_all(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<(),
         .ok_or(approve::ApproveError::Missing("--key"))?;
     let key = sign::load_signing_key(key_path).map_err(approve::ApproveError::Key)?;
     let before = current_manifest(&a.manifest)?;
-    let mut text = format!(
-        "governed-exec: approvals file {shown}: {} entr{}\n",
-        resolved.len(),
-        if resolved.len() == 1 { "y" } else { "ies" }
-    );
-    for r in resolved {
-        text.push_str(&format!("\nentry {} (line {})\n", r.label, r.line));
-        text.push_str(&approve::summary(&r.body, r.ttl));
-        if let Some(old) = before.as_ref().and_then(|m| lease_for(m, &r.body)) {
-            for l in crate::cli::toolchain::update_lines(old, &r.body) {
-                text.push_str(&format!("  {:<13} {}\n", "toolchain", escape::visible(&l)));
-            }
-        }
-    }
-    text.push_str(&table(resolved, before.as_ref()));
+    let text = combined_summary(resolved, before.as_ref(), shown);
     eprint!("{text}");
 
     let sealed: Vec<_> = resolved
@@ -402,27 +388,7 @@ fn approve_all(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<(),
     let (replaced, pruned) = lease::update_manifest(&a.manifest, true, |m| {
         // Under the lock: what the manifest holds now decides what is
         // pruned, listed before anything is written.
-        let pruned: Vec<(String, String, Option<String>)> = if a.prune {
-            only_in_manifest(m, &bodies)
-                .into_iter()
-                .map(|b| (b.lease_id.clone(), b.goal.id.clone(), b.ledger.clone()))
-                .collect()
-        } else {
-            vec![]
-        };
-        for (id, _, _) in &pruned {
-            let argv = m
-                .leases
-                .iter()
-                .find(|l| &l.body.lease_id == id)
-                .map(|l| argv_text(&l.body))
-                .unwrap_or_default();
-            eprintln!(
-                "  {:<13} lease {id} [{}]: no entry of the file approves it",
-                "prune",
-                escape::visible(&argv)
-            );
-        }
+        let pruned = prunable(m, &bodies, a.prune);
         let mut replaced = Vec::new();
         for (i, s) in sealed.iter().enumerate() {
             replaced.push(approve::supersede(m, &s.body));
@@ -444,20 +410,7 @@ fn approve_all(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<(),
     for (s, old) in sealed.iter().zip(&replaced) {
         approve::report_superseded(&a.manifest, &s.body.lease_id, &s.body.goal.id, old)?;
     }
-    // A pruned lease that names a ledger is revoked there too (as `revoke`
-    // does), so an old manifest copy cannot bring it back.
-    for (id, goal_id, named) in &pruned {
-        let Some(named) = named else { continue };
-        let l = crate::ledger::LedgerSpec::parse(named)?.open();
-        crate::ledger::revoke(&*l, goal_id, id, &prune_by).map_err(|source| {
-            ApprovalsError::NotYetRevoked {
-                id: id.clone(),
-                manifest: escape::visible(&a.manifest.display().to_string()),
-                ledger: escape::visible(&l.name()),
-                source,
-            }
-        })?;
-    }
+    revoke_pruned(a, &pruned, &prune_by)?;
     eprintln!(
         "approved: {} lease(s) added to {} in one write{}",
         sealed.len(),
@@ -477,6 +430,75 @@ fn approve_all(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<(),
         ));
     }
     Ok(crate::out!("{out}")?)
+}
+
+/// The summary of every entry (with its toolchain updates against the lease
+/// it replaces) and the table closing it.
+fn combined_summary(resolved: &[Resolved], before: Option<&Manifest>, shown: &str) -> String {
+    let mut text = format!(
+        "governed-exec: approvals file {shown}: {} entr{}\n",
+        resolved.len(),
+        if resolved.len() == 1 { "y" } else { "ies" }
+    );
+    for r in resolved {
+        text.push_str(&format!("\nentry {} (line {})\n", r.label, r.line));
+        text.push_str(&approve::summary(&r.body, r.ttl));
+        if let Some(old) = before.and_then(|m| lease_for(m, &r.body)) {
+            for l in crate::cli::toolchain::update_lines(old, &r.body) {
+                text.push_str(&format!("  {:<13} {}\n", "toolchain", escape::visible(&l)));
+            }
+        }
+    }
+    text.push_str(&table(resolved, before));
+    text
+}
+
+/// A lease `--prune` revokes: its id, its Goal id, and the ledger it names.
+type Pruned = (String, String, Option<String>);
+
+/// The live leases of the manifest no entry approves any more (none
+/// without `--prune`), each listed as it is pruned.
+fn prunable(m: &Manifest, bodies: &[&LeaseBody], prune: bool) -> Vec<Pruned> {
+    let pruned: Vec<Pruned> = if prune {
+        only_in_manifest(m, bodies)
+            .into_iter()
+            .map(|b| (b.lease_id.clone(), b.goal.id.clone(), b.ledger.clone()))
+            .collect()
+    } else {
+        vec![]
+    };
+    for (id, _, _) in &pruned {
+        let argv = m
+            .leases
+            .iter()
+            .find(|l| &l.body.lease_id == id)
+            .map(|l| argv_text(&l.body))
+            .unwrap_or_default();
+        eprintln!(
+            "  {:<13} lease {id} [{}]: no entry of the file approves it",
+            "prune",
+            escape::visible(&argv)
+        );
+    }
+    pruned
+}
+
+/// A pruned lease that names a ledger is revoked there too (as `revoke`
+/// does), so an old manifest copy cannot bring it back.
+fn revoke_pruned(a: &ApproveCmd, pruned: &[Pruned], prune_by: &str) -> Result<(), ApprovalsError> {
+    for (id, goal_id, named) in pruned {
+        let Some(named) = named else { continue };
+        let l = crate::ledger::LedgerSpec::parse(named)?.open();
+        crate::ledger::revoke(&*l, goal_id, id, prune_by).map_err(|source| {
+            ApprovalsError::NotYetRevoked {
+                id: id.clone(),
+                manifest: escape::visible(&a.manifest.display().to_string()),
+                ledger: escape::visible(&l.name()),
+                source,
+            }
+        })?;
+    }
+    Ok(())
 }
 
 /// The short table closing the combined summary.

@@ -417,15 +417,7 @@ pub fn lease_body(
     let cwd_path = identity::resolve_cwd(&ws_canon, &request.cwd)?;
     let cwd = identity::open_dir(&cwd_path).map_err(ApproveError::CwdIdentity)?;
 
-    let mut fixed = std::collections::BTreeMap::new();
-    for s in &a.env {
-        let (k, v) = env::parse_assignment(s)?;
-        fixed.insert(k, v);
-    }
-    let path = fixed
-        .remove("PATH")
-        .unwrap_or_else(|| CLEAN_PATH.to_string());
-    let env_policy = EnvPolicy { path, fixed };
+    let env_policy = env_policy(a)?;
     let exe = identity::open_executable(
         &request.executable,
         &env_policy.path,
@@ -435,6 +427,64 @@ pub fn lease_body(
     )?;
 
     let limits = apply_overrides(tier(request.profile), &a.limits)?;
+    let isolation = isolation_request(a, &env_policy)?;
+    if a.uses == 0 {
+        return Err(ApproveError::ZeroUses);
+    }
+    let ledger = lease_ledger(a)?;
+    let (binding, portable) = if a.portable {
+        (
+            Binding::Portable,
+            Some(identity::portable(&exe.identity, &ws_canon)),
+        )
+    } else {
+        (Binding::Machine, None)
+    };
+    let expires = expiry(now, a.ttl)?;
+    let approver = approver_name(a);
+    Ok(LeaseBody {
+        schema: LEASE_SCHEMA.into(),
+        lease_id: new_id("lease"),
+        goal: goal.reference(),
+        workspace: workspace.identity,
+        request,
+        executable: exe.identity,
+        cwd: cwd.identity,
+        limits,
+        env: env_policy,
+        isolation,
+        approver,
+        issued_at: humantime::format_rfc3339_seconds(now).to_string(),
+        expires_at: humantime::format_rfc3339_seconds(expires).to_string(),
+        max_uses: a.uses,
+        binding,
+        portable,
+        ledger,
+    })
+}
+
+/// The request's environment: `--env` assignments, `PATH` apart (the clean
+/// one unless given).
+fn env_policy(a: &ApproveArgs) -> Result<EnvPolicy, ApproveError> {
+    let mut fixed = std::collections::BTreeMap::new();
+    for s in &a.env {
+        let (k, v) = env::parse_assignment(s)?;
+        fixed.insert(k, v);
+    }
+    let path = fixed
+        .remove("PATH")
+        .unwrap_or_else(|| CLEAN_PATH.to_string());
+    let env_policy = EnvPolicy { path, fixed };
+    Ok(env_policy)
+}
+
+/// The isolation the lease asks of its run: the filesystem scopes made
+/// canonical, the network allow-list (no proxy variable fixed beside it),
+/// the daemon sockets (absolute paths).
+fn isolation_request(
+    a: &ApproveArgs,
+    env_policy: &EnvPolicy,
+) -> Result<IsolationRequest, ApproveError> {
     let canonical_all = |flag: &'static str, paths: &[PathBuf]| {
         paths
             .iter()
@@ -487,11 +537,12 @@ pub fn lease_body(
         pid_namespace: a.pid_namespace,
         allow_net,
     };
-    if a.uses == 0 {
-        return Err(ApproveError::ZeroUses);
-    }
-    let ledger = a
-        .ledger
+    Ok(isolation)
+}
+
+/// The ledger the lease names, as the lease records it.
+fn lease_ledger(a: &ApproveArgs) -> Result<Option<String>, ApproveError> {
+    Ok(a.ledger
         .as_deref()
         .map(|l| {
             LedgerSpec::parse(l).and_then(|s| {
@@ -502,40 +553,15 @@ pub fn lease_body(
                 }
             })
         })
-        .transpose()?;
-    let (binding, portable) = if a.portable {
-        (
-            Binding::Portable,
-            Some(identity::portable(&exe.identity, &ws_canon)),
-        )
-    } else {
-        (Binding::Machine, None)
-    };
-    let expires = expiry(now, a.ttl)?;
-    let approver = a
-        .approver
+        .transpose()?)
+}
+
+/// Who approves: `--approver`, else `$USER`, else the uid.
+fn approver_name(a: &ApproveArgs) -> String {
+    a.approver
         .clone()
         .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()));
-    Ok(LeaseBody {
-        schema: LEASE_SCHEMA.into(),
-        lease_id: new_id("lease"),
-        goal: goal.reference(),
-        workspace: workspace.identity,
-        request,
-        executable: exe.identity,
-        cwd: cwd.identity,
-        limits,
-        env: env_policy,
-        isolation,
-        approver,
-        issued_at: humantime::format_rfc3339_seconds(now).to_string(),
-        expires_at: humantime::format_rfc3339_seconds(expires).to_string(),
-        max_uses: a.uses,
-        binding,
-        portable,
-        ledger,
-    })
+        .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()))
 }
 
 /// Resolve, sign and store the lease. Returns the lease id.
@@ -669,11 +695,32 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
     // come from file and directory names, which may hold a newline) is one
     // `visible` line, so no name can add a line of its own to what the
     // approver reads. The lease keeps the exact bytes.
+    let mut rows = identity_rows(b);
+    rows.extend(request_rows(b));
+    rows.extend(limits_rows(b));
+    rows.extend(network_rows(b));
+    for w in crate::cli::toolchain::warnings(b) {
+        rows.push(("warning", w));
+    }
+    rows.extend(validity_rows(b, ttl));
+    rows.extend(boundary_rows(b));
+    let mut out = String::new();
+    for (k, v) in rows {
+        out.push_str(&format!("  {k:<13} {}\n", escape::visible(&v)));
+    }
+    escape::visible_lines(&format!("governed-exec: approval summary\n{out}"))
+}
+
+/// One line of the approval summary: its key and its value, not yet made
+/// `visible`.
+type Row = (&'static str, String);
+
+/// What the lease names: its id, the goal, the executable and its binding.
+fn identity_rows(b: &LeaseBody) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut line = |k: &'static str, v: String| rows.push((k, v));
     let q = |s: &str| escape::quoted(s);
     let e = &b.executable;
-    let mut out = String::new();
-    let mut line =
-        |k: &str, v: String| out.push_str(&format!("  {k:<13} {}\n", escape::visible(&v)));
     line("lease", b.lease_id.clone());
     line(
         "goal",
@@ -719,6 +766,14 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
             format!("#!{i} (a script: its bytes are pinned, the interpreter reads the sealed copy; the interpreter itself is opened by path, not pinned by hash)"),
         );
     }
+    rows
+}
+
+/// What the child is started as: argv, cwd, profile.
+fn request_rows(b: &LeaseBody) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut line = |k: &'static str, v: String| rows.push((k, v));
+    let q = |s: &str| escape::quoted(s);
     let argv: Vec<String> = std::iter::once(&b.request.executable)
         .chain(&b.request.argv)
         .map(|a| q(a))
@@ -734,6 +789,13 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         }
     }
     line("profile", b.request.profile.to_string());
+    rows
+}
+
+/// The limits of the run and the environment it gets.
+fn limits_rows(b: &LeaseBody) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut line = |k: &'static str, v: String| rows.push((k, v));
     let l = &b.limits;
     line("limits", format!(
         "wall time {}, kill grace {}, cancel grace {}, cpu time {}s, memory {} (the run's memory cgroup where one can be made, else address space per process), processes {}, open files {}, file size {}, kept output {} per stream (half head, half tail), output cap {}",
@@ -747,6 +809,13 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
         );
     }
     line("environment", env::describe(&b.env));
+    rows
+}
+
+/// The network allow-list and what the proxy does and does not cover.
+fn network_rows(b: &LeaseBody) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut line = |k: &'static str, v: String| rows.push((k, v));
     if !b.isolation.allow_net.is_empty() {
         line(
             "network",
@@ -772,9 +841,13 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
             "what a listed host does with the data or forwards it to; plain http:// content is not encrypted; programs that ignore the proxy variables, DNS lookups and UDP get no network at all (fail closed); needs a network namespace at run (CAP_SYS_ADMIN or an unprivileged user namespace; else isolation_unavailable)".into(),
         );
     }
-    for w in crate::cli::toolchain::warnings(b) {
-        line("warning", w);
-    }
+    rows
+}
+
+/// stdin, how long and how often the lease is valid, who approved it, where its uses count.
+fn validity_rows(b: &LeaseBody, ttl: Duration) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut line = |k: &'static str, v: String| rows.push((k, v));
     line(
         "stdin",
         "/dev/null; no terminal; new session; no inherited fds".into(),
@@ -805,6 +878,13 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
             }
         }
     }
+    rows
+}
+
+/// The boundary the child runs within, and what this machine cannot verify of it.
+fn boundary_rows(b: &LeaseBody) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut line = |k: &'static str, v: String| rows.push((k, v));
     let uid = b
         .isolation
         .as_user
@@ -832,7 +912,7 @@ pub fn summary(b: &LeaseBody, ttl: Duration) -> String {
     for w in warnings.into_iter().chain(reach_warnings) {
         line("WARNING", w);
     }
-    escape::visible_lines(&format!("governed-exec: approval summary\n{out}"))
+    rows
 }
 
 /// Daemon sockets a child of this lease could connect to on this machine

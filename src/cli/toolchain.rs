@@ -114,107 +114,130 @@ fn home_default(var: &str, dotdir: &str) -> String {
 /// Warnings for the approval summary, each one line (may be long; the
 /// summary prints them as they are).
 pub fn warnings(b: &LeaseBody) -> Vec<String> {
-    let mut out = Vec::new();
-    let e = &b.executable;
-    let canonical = PathBuf::from(&e.canonical_path);
+    let canonical = PathBuf::from(&b.executable.canonical_path);
     let found = found_at(b);
+    [
+        rustup_warning(b, &canonical, &found),
+        toolchain_warning(b, &canonical),
+        venv_warning(b, &canonical, &found),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// A rustup proxy: what the child's private HOME lacks for it, and what the
+/// lease does not pin.
+fn rustup_warning(b: &LeaseBody, canonical: &Path, found: &Path) -> Option<String> {
+    if !is_rustup(canonical, found) {
+        return None;
+    }
+    let e = &b.executable;
     let fixed = &b.env.fixed;
-    if is_rustup(&canonical, &found) {
-        let mut need = Vec::new();
-        if let Some(dir) = found.parent().filter(|d| !path_has(&b.env.path, d)) {
-            need.push(format!(
-                "--env PATH={}:{}",
-                quote(&dir.display().to_string()),
-                b.env.path
-            ));
-        }
-        for (var, dot) in [("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")] {
-            if !fixed.contains_key(var) {
-                need.push(format!("--env {var}={}", quote(&home_default(var, dot))));
-            }
-        }
-        let pinned = "the lease pins rustup's bytes, not the toolchain it runs (pin that by approving the path `rustup which cargo` prints, with that toolchain's bin first in PATH and RUSTUP_TOOLCHAIN set: README, Toolchains)";
-        if need.is_empty() {
-            out.push(format!("{} is a rustup proxy; {pinned}", e.requested));
-        } else {
-            out.push(format!(
-                "{} is a rustup proxy: the child's private HOME has no ~/.rustup or ~/.cargo, so it needs {}; {pinned}",
-                e.requested,
-                need.join(" ")
-            ));
+    let mut need = Vec::new();
+    if let Some(dir) = found.parent().filter(|d| !path_has(&b.env.path, d)) {
+        need.push(format!(
+            "--env PATH={}:{}",
+            quote(&dir.display().to_string()),
+            b.env.path
+        ));
+    }
+    for (var, dot) in [("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")] {
+        if !fixed.contains_key(var) {
+            need.push(format!("--env {var}={}", quote(&home_default(var, dot))));
         }
     }
-    if let Some((name, bin)) = toolchain_of(&canonical) {
-        let mut need = Vec::new();
-        if b.env.path.split(':').next().map(Path::new) != Some(bin.as_path()) {
-            need.push(format!(
-                "--env PATH={}:{}",
-                quote(&bin.display().to_string()),
-                b.env
-                    .path
-                    .split(':')
-                    .filter(|d| Path::new(d) != bin.as_path())
-                    .collect::<Vec<_>>()
-                    .join(":")
-            ));
-        }
-        if fixed.get("RUSTUP_TOOLCHAIN").map(String::as_str) != Some(name.as_str()) {
-            need.push(format!("--env RUSTUP_TOOLCHAIN={}", quote(&name)));
-        }
-        if fixed.get("RUSTUP_AUTO_INSTALL").map(String::as_str) != Some("0") {
-            need.push("--env RUSTUP_AUTO_INSTALL=0".into());
-        }
-        let scope = if b.isolation.fs_write.is_some() {
-            String::new()
-        } else {
-            "; and only a write scope (--fs-write-scope, --fs-write for cargo's home) keeps the toolchain itself read-only to the run".into()
-        };
-        if !need.is_empty() || !scope.is_empty() {
-            out.push(format!(
-                "{} is toolchain {name}'s own binary, pinned; but it runs rustc and its subcommands by PATH, where a rustup proxy would pick, install or update a toolchain by itself: pin the whole toolchain with {}{scope}",
-                e.requested,
-                if need.is_empty() { "what the lease has".to_string() } else { need.join(" ") }
-            ));
-        }
+    let pinned = "the lease pins rustup's bytes, not the toolchain it runs (pin that by approving the path `rustup which cargo` prints, with that toolchain's bin first in PATH and RUSTUP_TOOLCHAIN set: README, Toolchains)";
+    if need.is_empty() {
+        Some(format!("{} is a rustup proxy; {pinned}", e.requested))
+    } else {
+        Some(format!(
+            "{} is a rustup proxy: the child's private HOME has no ~/.rustup or ~/.cargo, so it needs {}; {pinned}",
+            e.requested,
+            need.join(" ")
+        ))
     }
-    let mut candidates = vec![found.clone(), canonical.clone()];
+}
+
+/// A toolchain's own binary: what pins the rest of the toolchain it runs.
+fn toolchain_warning(b: &LeaseBody, canonical: &Path) -> Option<String> {
+    let (name, bin) = toolchain_of(canonical)?;
+    let e = &b.executable;
+    let fixed = &b.env.fixed;
+    let mut need = Vec::new();
+    if b.env.path.split(':').next().map(Path::new) != Some(bin.as_path()) {
+        need.push(format!(
+            "--env PATH={}:{}",
+            quote(&bin.display().to_string()),
+            b.env
+                .path
+                .split(':')
+                .filter(|d| Path::new(d) != bin.as_path())
+                .collect::<Vec<_>>()
+                .join(":")
+        ));
+    }
+    if fixed.get("RUSTUP_TOOLCHAIN").map(String::as_str) != Some(name.as_str()) {
+        need.push(format!("--env RUSTUP_TOOLCHAIN={}", quote(&name)));
+    }
+    if fixed.get("RUSTUP_AUTO_INSTALL").map(String::as_str) != Some("0") {
+        need.push("--env RUSTUP_AUTO_INSTALL=0".into());
+    }
+    let scope = if b.isolation.fs_write.is_some() {
+        String::new()
+    } else {
+        "; and only a write scope (--fs-write-scope, --fs-write for cargo's home) keeps the toolchain itself read-only to the run".into()
+    };
+    (!need.is_empty() || !scope.is_empty()).then(|| {
+        format!(
+            "{} is toolchain {name}'s own binary, pinned; but it runs rustc and its subcommands by PATH, where a rustup proxy would pick, install or update a toolchain by itself: pin the whole toolchain with {}{scope}",
+            e.requested,
+            if need.is_empty() { "what the lease has".to_string() } else { need.join(" ") }
+        )
+    })
+}
+
+/// A Python venv's launcher (found, canonical, along the symlinks, or as a
+/// script's interpreter): what activates the venv.
+fn venv_warning(b: &LeaseBody, canonical: &Path, found: &Path) -> Option<String> {
+    let e = &b.executable;
+    let fixed = &b.env.fixed;
+    let mut candidates = vec![found.to_path_buf(), canonical.to_path_buf()];
     candidates.extend(e.symlink_chain.iter().map(|h| PathBuf::from(&h.path)));
     if let Some(i) = &e.interpreter {
         candidates.push(PathBuf::from(i.split_whitespace().next().unwrap_or(i)));
     }
-    if let Some(venv) = candidates.iter().find_map(|p| venv_of(p)) {
-        let bin = venv.join("bin");
-        let mut need = Vec::new();
-        if !path_has(&b.env.path, &bin) {
-            need.push(format!(
-                "--env PATH={}:{}",
-                quote(&bin.display().to_string()),
-                b.env.path
-            ));
-        }
-        if !fixed.contains_key("VIRTUAL_ENV") {
-            need.push(format!(
-                "--env VIRTUAL_ENV={}",
-                quote(&venv.display().to_string())
-            ));
-        }
-        let pinned = "the lease pins the launcher's bytes, not the venv's packages";
-        if need.is_empty() {
-            out.push(format!(
-                "{} runs in the Python venv {}; {pinned}",
-                e.requested,
-                venv.display()
-            ));
-        } else {
-            out.push(format!(
-                "{} runs in the Python venv {}: the child's clean environment does not activate it, so it needs {}; {pinned}",
-                e.requested,
-                venv.display(),
-                need.join(" ")
-            ));
-        }
+    let venv = candidates.iter().find_map(|p| venv_of(p))?;
+    let bin = venv.join("bin");
+    let mut need = Vec::new();
+    if !path_has(&b.env.path, &bin) {
+        need.push(format!(
+            "--env PATH={}:{}",
+            quote(&bin.display().to_string()),
+            b.env.path
+        ));
     }
-    out
+    if !fixed.contains_key("VIRTUAL_ENV") {
+        need.push(format!(
+            "--env VIRTUAL_ENV={}",
+            quote(&venv.display().to_string())
+        ));
+    }
+    let pinned = "the lease pins the launcher's bytes, not the venv's packages";
+    if need.is_empty() {
+        Some(format!(
+            "{} runs in the Python venv {}; {pinned}",
+            e.requested,
+            venv.display()
+        ))
+    } else {
+        Some(format!(
+            "{} runs in the Python venv {}: the child's clean environment does not activate it, so it needs {}; {pinned}",
+            e.requested,
+            venv.display(),
+            need.join(" ")
+        ))
+    }
 }
 
 /// The package that owns `path`, as the system's package database says

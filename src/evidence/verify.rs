@@ -295,7 +295,8 @@ fn judge(
     }
 }
 
-/// The verdict on a receipt whose signature and shape already held.
+/// The verdict on a receipt whose signature and shape already held: the
+/// checks in the order their lines appear in `unmet`.
 fn judge_authentic(
     goal: &LoadedGoal,
     stmt: &Statement,
@@ -304,28 +305,65 @@ fn judge_authentic(
 ) -> Verdict {
     let p = &stmt.predicate;
     let mut unmet = Vec::new();
-    // A key the child could read lets the child forge this very receipt:
-    // it proves nothing against the child it describes (CONTRACT §2).
+    unmet.extend(check_signing(p));
+    unmet.extend(check_format(stmt));
+    unmet.extend(check_goal(goal, p));
+    let class = p.outcome.class;
+    unmet.extend(check_outcome(goal, class));
+    unmet.extend(check_subjects(stmt));
+    unmet.extend(check_criteria(goal, p));
+    if let Some(l) = ledger {
+        unmet.extend(check_journal(l, stmt, payload));
+    }
+    Verdict {
+        verdict: if unmet.is_empty() {
+            "VERIFIED_DONE"
+        } else {
+            "NOT_VERIFIED"
+        },
+        unmet,
+        receipt_id: Some(p.receipt_id.clone()),
+        attempt_id: p.attempt_id.clone(),
+        outcome: Some(class),
+        key_out_of_child_reach: p.signing.as_ref().map(|s| s.key_out_of_child_reach),
+        key_in_reach_allowed: false,
+    }
+}
+
+/// A key the child could read lets the child forge this very receipt:
+/// it proves nothing against the child it describes (CONTRACT §2).
+fn check_signing(p: &ReceiptBody) -> Option<String> {
     match &p.signing {
-        Some(s) if !s.key_out_of_child_reach => unmet.push(format!(
+        Some(s) if !s.key_out_of_child_reach => Some(format!(
             "signing_key_in_child_reach: {KEY_FIX}; this run's runner key was within the child's reach ({}); --allow-key-in-reach accepts the receipt anyway, proving nothing against the child",
             s.why
         )),
-        None if p.attempt_id.is_some() => unmet.push(format!(
+        None if p.attempt_id.is_some() => Some(format!(
             "signing_key_in_child_reach: {KEY_FIX}; the receipt does not say whether the runner key was out of the child's reach; --allow-key-in-reach accepts it anyway"
         )),
-        _ => {}
+        _ => None,
     }
+}
+
+/// The statement and predicate types and the schema are this version's.
+fn check_format(stmt: &Statement) -> Option<String> {
+    let p = &stmt.predicate;
     if stmt.type_ != STATEMENT_TYPE
         || stmt.predicate_type != PREDICATE_TYPE
         || p.schema != RECEIPT_SCHEMA
     {
-        unmet.push(format!(
+        return Some(format!(
             "format: statement type {:?}, predicate type {:?}, schema {:?} are not this version's",
             stmt.type_, stmt.predicate_type, p.schema
         ));
     }
+    None
+}
+
+/// The receipt names this goal: its id, revision and digest.
+fn check_goal(goal: &LoadedGoal, p: &ReceiptBody) -> Vec<String> {
     let want = goal.reference();
+    let mut unmet = Vec::new();
     match &p.goal {
         None => unmet.push("goal: the receipt names no goal".into()),
         Some(g) => {
@@ -349,7 +387,12 @@ fn judge_authentic(
             }
         }
     }
-    let class = p.outcome.class;
+    unmet
+}
+
+/// The outcome class is one every `outcome` criterion allows (`exited`
+/// when the goal has none).
+fn check_outcome(goal: &LoadedGoal, class: OutcomeClass) -> Option<String> {
     let allowed: Vec<Vec<OutcomeClass>> = goal
         .goal
         .criteria
@@ -365,12 +408,17 @@ fn judge_authentic(
         allowed.iter().all(|set| set.contains(&class))
     };
     if !outcome_ok {
-        unmet.push(format!(
+        return Some(format!(
             "outcome: {class} is not an outcome this goal accepts"
         ));
     }
-    // The statement's subjects must agree with the predicate they summarise.
-    for prod in &p.products {
+    None
+}
+
+/// The statement's subjects must agree with the predicate they summarise.
+fn check_subjects(stmt: &Statement) -> Vec<String> {
+    let mut unmet = Vec::new();
+    for prod in &stmt.predicate.products {
         if let Some(h) = &prod.sha256 {
             let listed = stmt
                 .subject
@@ -384,6 +432,12 @@ fn judge_authentic(
             }
         }
     }
+    unmet
+}
+
+/// The goal's criteria, each in turn (`outcome` is `check_outcome`'s).
+fn check_criteria(goal: &LoadedGoal, p: &ReceiptBody) -> Vec<String> {
+    let mut unmet = Vec::new();
     let workspace = p.workspace.as_deref().map(Path::new);
     for c in &goal.goal.criteria {
         match c {
@@ -395,41 +449,7 @@ fn judge_authentic(
                     ));
                 }
             }
-            Criterion::NoLeftoverProcesses {} => {
-                // One line per cause: processes that outlived the main
-                // process, a cleanup not observed complete, an evadable
-                // witness.
-                let mut failed = false;
-                if p.cleanup.leftover_processes_killed > 0 {
-                    failed = true;
-                    unmet.push(format!(
-                        "no_leftover_processes: {} process(es) outlived the main process (governed-exec killed them)",
-                        p.cleanup.leftover_processes_killed
-                    ));
-                }
-                if p.cleanup.state != CleanupState::Gone {
-                    failed = true;
-                    unmet.push(format!(
-                        "no_leftover_processes: cleanup is {}, not gone: not every process of the run was observed gone",
-                        p.cleanup.state
-                    ));
-                }
-                if !failed && p.cleanup.evadable {
-                    unmet.push(format!(
-                        "no_leftover_processes: {CLEANUP_FIX}; this run's cleanup witness ({}) was evadable by the child, so `gone` is not proof: {}",
-                        if p.cleanup.witness.is_empty() {
-                            "unrecorded".to_string()
-                        } else {
-                            p.cleanup.witness.join("+")
-                        },
-                        if p.cleanup.evadable_why.is_empty() {
-                            "the receipt does not say what the child could do"
-                        } else {
-                            p.cleanup.evadable_why.as_str()
-                        }
-                    ));
-                }
-            }
+            Criterion::NoLeftoverProcesses {} => unmet.extend(check_leftovers(p)),
             Criterion::Outcome { .. } => {}
             Criterion::Resources {
                 peak_memory_at_most,
@@ -463,32 +483,63 @@ fn judge_authentic(
             }
         }
     }
-    if let Some(l) = ledger {
-        if let Some(why) = cross_check_journal(l, stmt, payload) {
-            // The receipt says where its use was counted; when that is not
-            // the ledger given, say so (a lease may name its own ledger).
-            let hint = match &p.ledger {
-                Some(counted) if *counted != l.name() => format!(
-                    " (the receipt says its use was counted in {counted}: cross-check with --ledger naming that one)"
-                ),
-                _ => String::new(),
-            };
-            unmet.push(format!("journal: {why}{hint}"));
-        }
+    unmet
+}
+
+/// A `no_leftover_processes` criterion: one line per cause: processes that
+/// outlived the main process, a cleanup not observed complete, an evadable
+/// witness.
+fn check_leftovers(p: &ReceiptBody) -> Vec<String> {
+    let mut unmet = Vec::new();
+    let mut failed = false;
+    if p.cleanup.leftover_processes_killed > 0 {
+        failed = true;
+        unmet.push(format!(
+            "no_leftover_processes: {} process(es) outlived the main process (governed-exec killed them)",
+            p.cleanup.leftover_processes_killed
+        ));
     }
-    Verdict {
-        verdict: if unmet.is_empty() {
-            "VERIFIED_DONE"
-        } else {
-            "NOT_VERIFIED"
-        },
-        unmet,
-        receipt_id: Some(p.receipt_id.clone()),
-        attempt_id: p.attempt_id.clone(),
-        outcome: Some(class),
-        key_out_of_child_reach: p.signing.as_ref().map(|s| s.key_out_of_child_reach),
-        key_in_reach_allowed: false,
+    if p.cleanup.state != CleanupState::Gone {
+        failed = true;
+        unmet.push(format!(
+            "no_leftover_processes: cleanup is {}, not gone: not every process of the run was observed gone",
+            p.cleanup.state
+        ));
     }
+    if !failed && p.cleanup.evadable {
+        unmet.push(format!(
+            "no_leftover_processes: {CLEANUP_FIX}; this run's cleanup witness ({}) was evadable by the child, so `gone` is not proof: {}",
+            if p.cleanup.witness.is_empty() {
+                "unrecorded".to_string()
+            } else {
+                p.cleanup.witness.join("+")
+            },
+            if p.cleanup.evadable_why.is_empty() {
+                "the receipt does not say what the child could do"
+            } else {
+                p.cleanup.evadable_why.as_str()
+            }
+        ));
+    }
+    unmet
+}
+
+/// The receipt's use is in the given ledger's journal as the receipt says.
+fn check_journal(
+    l: &dyn crate::ledger::Ledger,
+    stmt: &Statement,
+    payload: &[u8],
+) -> Option<String> {
+    let why = cross_check_journal(l, stmt, payload)?;
+    // The receipt says where its use was counted; when that is not
+    // the ledger given, say so (a lease may name its own ledger).
+    let hint = match &stmt.predicate.ledger {
+        Some(counted) if *counted != l.name() => format!(
+            " (the receipt says its use was counted in {counted}: cross-check with --ledger naming that one)"
+        ),
+        _ => String::new(),
+    };
+    Some(format!("journal: {why}{hint}"))
 }
 
 /// A `resources` criterion against the signed receipt: one line per bound

@@ -797,68 +797,9 @@ pub fn verify_rows(criteria: &[Criterion], unmet: &[String], journal: bool) -> V
     let outcome = take("outcome:");
     push("outcome allowed".into(), outcome);
     for c in criteria {
-        match c {
-            Criterion::ExitCode { equals } => {
-                let f = take("exit_code:");
-                push(format!("exit_code equals {equals}"), f);
-            }
-            Criterion::NoLeftoverProcesses {} => {
-                let f = take("no_leftover_processes:");
-                push("no_leftover_processes".into(), f);
-            }
-            Criterion::Outcome { allowed } => {
-                let names: Vec<String> = allowed.iter().map(ToString::to_string).collect();
-                push(format!("outcome in [{}]", names.join(", ")), Vec::new());
-            }
-            Criterion::Resources {
-                peak_memory_at_most,
-                cpu_time_at_most,
-                wall_time_at_most,
-            } => {
-                let f = take("resources:");
-                let bounds: Vec<String> = [
-                    ("peak memory", peak_memory_at_most),
-                    ("cpu time", cpu_time_at_most),
-                    ("wall time", wall_time_at_most),
-                ]
-                .iter()
-                .filter_map(|(n, v)| v.as_ref().map(|v| format!("{n} ≤ {v}")))
-                .collect();
-                push(format!("resources {}", bounds.join(", ")), f);
-            }
-            Criterion::Network { max_denied, only } => {
-                let f = take("network:");
-                let mut what = vec!["network".to_string()];
-                if let Some(n) = max_denied {
-                    what.push(format!("at most {n} denied"));
-                }
-                if let Some(o) = only {
-                    what.push(format!("only [{}]", o.join(", ")));
-                }
-                push(what.join(" "), f);
-            }
-            Criterion::File {
-                path,
-                exists,
-                contains,
-                sha256,
-            } => {
-                let f = take(&format!("file {path:?}:"));
-                let mut what = vec![format!("file {path}")];
-                if *exists == Some(false) {
-                    what.push("absent".into());
-                } else {
-                    what.push("exists".into());
-                }
-                if let Some(c) = contains {
-                    what.push(format!("contains {c:?}"));
-                }
-                if let Some(h) = sha256 {
-                    what.push(format!("sha256 {}", h.get(..12).unwrap_or(h)));
-                }
-                push(what.join(" "), f);
-            }
-        }
+        let (check, prefix) = criterion_row(c);
+        let f = prefix.map_or_else(Vec::new, |p| take(&p));
+        push(check, f);
     }
     if journal {
         let f = take("journal:");
@@ -879,6 +820,74 @@ pub fn verify_rows(criteria: &[Criterion], unmet: &[String], journal: bool) -> V
         });
     }
     rows
+}
+
+/// A criterion's row in [`verify_rows`]: what it checks, and the prefix of
+/// the verdict's unmet lines that belong to it (none for `outcome`, whose
+/// lines are the `outcome allowed` row's).
+fn criterion_row(c: &Criterion) -> (String, Option<String>) {
+    match c {
+        Criterion::ExitCode { equals } => (
+            format!("exit_code equals {equals}"),
+            Some("exit_code:".into()),
+        ),
+        Criterion::NoLeftoverProcesses {} => (
+            "no_leftover_processes".into(),
+            Some("no_leftover_processes:".into()),
+        ),
+        Criterion::Outcome { allowed } => {
+            let names: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+            (format!("outcome in [{}]", names.join(", ")), None)
+        }
+        Criterion::Resources {
+            peak_memory_at_most,
+            cpu_time_at_most,
+            wall_time_at_most,
+        } => {
+            let bounds: Vec<String> = [
+                ("peak memory", peak_memory_at_most),
+                ("cpu time", cpu_time_at_most),
+                ("wall time", wall_time_at_most),
+            ]
+            .iter()
+            .filter_map(|(n, v)| v.as_ref().map(|v| format!("{n} ≤ {v}")))
+            .collect();
+            (
+                format!("resources {}", bounds.join(", ")),
+                Some("resources:".into()),
+            )
+        }
+        Criterion::Network { max_denied, only } => {
+            let mut what = vec!["network".to_string()];
+            if let Some(n) = max_denied {
+                what.push(format!("at most {n} denied"));
+            }
+            if let Some(o) = only {
+                what.push(format!("only [{}]", o.join(", ")));
+            }
+            (what.join(" "), Some("network:".into()))
+        }
+        Criterion::File {
+            path,
+            exists,
+            contains,
+            sha256,
+        } => {
+            let mut what = vec![format!("file {path}")];
+            if *exists == Some(false) {
+                what.push("absent".into());
+            } else {
+                what.push("exists".into());
+            }
+            if let Some(c) = contains {
+                what.push(format!("contains {c:?}"));
+            }
+            if let Some(h) = sha256 {
+                what.push(format!("sha256 {}", h.get(..12).unwrap_or(h)));
+            }
+            (what.join(" "), Some(format!("file {path:?}:")))
+        }
+    }
 }
 
 /// `verify --format markdown`. The first line names the verdict

@@ -429,44 +429,7 @@ impl RunCgroups {
                 let base = join_cgroup(mount, root, &own);
                 match Group::create(base.join(&name), true, sweep, "") {
                     Ok(g) => {
-                        // Read once: the controllers say what to limit here
-                        // and which counters to read at the end.
-                        out.v2_controllers = fs::read_to_string(g.dir.join("cgroup.controllers"))
-                            .unwrap_or_default()
-                            .split_whitespace()
-                            .map(str::to_string)
-                            .collect();
-                        let has_pids = out.v2_controllers.iter().any(|c| c == "pids");
-                        if has_pids && out.pids.is_none() {
-                            match limit {
-                                Some(n) if write_limit(&g.dir, n) => {
-                                    out.pids_kind = Some("pids_cgroup_v2")
-                                }
-                                Some(_) => out
-                                    .notes
-                                    .push(format!("cannot write pids.max in {}", g.dir.display())),
-                                None => {}
-                            }
-                        } else if !has_pids {
-                            out.notes.push(format!(
-                                "the v2 group {} has no pids controller (it is bound to a v1 hierarchy or not enabled in the parent)",
-                                base.display()
-                            ));
-                        }
-                        if let Some(bytes) = memory {
-                            let has_memory = out.v2_controllers.iter().any(|c| c == "memory");
-                            if !has_memory {
-                                out.memory_notes.push(format!(
-                                    "the v2 group {} has no memory controller (it is bound to a v1 hierarchy or not enabled in the parent's cgroup.subtree_control)",
-                                    base.display()
-                                ));
-                            } else {
-                                match limit_memory_v2(&g.dir, bytes) {
-                                    Ok(()) => out.memory_kind = Some("memory_cgroup_v2"),
-                                    Err(e) => out.memory_notes.push(e.to_string()),
-                                }
-                            }
-                        }
+                        out.limit_v2(&g, &base, limit, memory);
                         out.track = Some(g);
                     }
                     Err(e) => out.notes.push(format!(
@@ -507,6 +470,48 @@ impl RunCgroups {
                 .push("no memory cgroup hierarchy (v1 `memory` or v2 with the memory controller) is mounted".into());
         }
         out
+    }
+
+    /// The run's new v2 group `g` under `base`: its controllers read, the
+    /// pids limit (unless a v1 pids group has it) and the memory limit
+    /// written where the controllers allow.
+    fn limit_v2(&mut self, g: &Group, base: &Path, limit: Option<u64>, memory: Option<u64>) {
+        // Read once: the controllers say what to limit here
+        // and which counters to read at the end.
+        self.v2_controllers = fs::read_to_string(g.dir.join("cgroup.controllers"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let has_pids = self.v2_controllers.iter().any(|c| c == "pids");
+        if has_pids && self.pids.is_none() {
+            match limit {
+                Some(n) if write_limit(&g.dir, n) => self.pids_kind = Some("pids_cgroup_v2"),
+                Some(_) => self
+                    .notes
+                    .push(format!("cannot write pids.max in {}", g.dir.display())),
+                None => {}
+            }
+        } else if !has_pids {
+            self.notes.push(format!(
+                "the v2 group {} has no pids controller (it is bound to a v1 hierarchy or not enabled in the parent)",
+                base.display()
+            ));
+        }
+        if let Some(bytes) = memory {
+            let has_memory = self.v2_controllers.iter().any(|c| c == "memory");
+            if !has_memory {
+                self.memory_notes.push(format!(
+                    "the v2 group {} has no memory controller (it is bound to a v1 hierarchy or not enabled in the parent's cgroup.subtree_control)",
+                    base.display()
+                ));
+            } else {
+                match limit_memory_v2(&g.dir, bytes) {
+                    Ok(()) => self.memory_kind = Some("memory_cgroup_v2"),
+                    Err(e) => self.memory_notes.push(e.to_string()),
+                }
+            }
+        }
     }
 
     /// The v1 `memory`, `blkio` and (without a v2 group) `cpuacct` groups,

@@ -380,21 +380,11 @@ pub fn prepare(
             .chain(protect.credentials.iter().map(PathBuf::as_path)),
     );
     let ns = enter_namespaces(req.no_network, &req.allow_net, req.pid_namespace)?;
+    let root_child = uid0_child(req, euid, child_uid)?;
     // A root runner under isolation gives the child its own mount namespace
     // (the child is root until it drops to --as-user, and a uid-0 child stays
     // root): the runner's key and state dir, cgroupfs and host devices are
     // covered there, /proc is fresh in a PID namespace.
-    const CAP_SETPCAP: u32 = 8;
-    // `--as-user 0` is a uid-0 child too: it loses every capability, but
-    // uid 0 still owns the directories above the state dir and may rename
-    // them, so it gets the same Landlock guard as any isolated uid-0 child.
-    let root_child = euid == 0 && child_uid == 0 && any_isolation(req);
-    if root_child && !sys::has_effective_capability(CAP_SETPCAP) {
-        return Err(unavailable(
-            "isolation for a uid-0 child",
-            "dropping the capabilities that would undo it from the bounding set needs CAP_SETPCAP, which governed-exec does not hold (use --as-user)",
-        ));
-    }
     let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
         mount_namespace(req, writable, protect, (&sockets, &mount_table), can_mount)?
     } else {
@@ -413,10 +403,9 @@ pub fn prepare(
         } else {
             (None, 0, None)
         };
-    let ids = match creds {
-        Some(c) => reach::ChildIds::switched(c.uid, c.gid),
-        None => reach::ChildIds::runners_own(),
-    };
+    let ids = creds.map_or_else(reach::ChildIds::runners_own, |c| {
+        reach::ChildIds::switched(c.uid, c.gid)
+    });
     let guarded = landlock_guard_fd.is_some();
     let reach = reach_entries(&ReachInputs {
         ids: &ids,
@@ -451,6 +440,23 @@ pub fn prepare(
         key_landlocked,
         proxy: ns.proxy,
     })
+}
+
+/// Whether the child is a uid 0 under isolation, and if so that the
+/// capabilities that would undo it can be dropped from its bounding set.
+/// `--as-user 0` is a uid-0 child too: it loses every capability, but uid 0
+/// still owns the directories above the state dir and may rename them, so it
+/// gets the same Landlock guard as any isolated uid-0 child.
+fn uid0_child(req: &IsolationRequest, euid: u32, child_uid: u32) -> Result<bool, Unavailable> {
+    const CAP_SETPCAP: u32 = 8;
+    let root_child = euid == 0 && child_uid == 0 && any_isolation(req);
+    if root_child && !sys::has_effective_capability(CAP_SETPCAP) {
+        return Err(unavailable(
+            "isolation for a uid-0 child",
+            "dropping the capabilities that would undo it from the bounding set needs CAP_SETPCAP, which governed-exec does not hold (use --as-user)",
+        ));
+    }
+    Ok(root_child)
 }
 
 /// The child's mount plan, and whether it covers every path of the key.
@@ -674,35 +680,47 @@ fn host_metadata<'p>(paths: impl Iterator<Item = &'p Path>) -> HashMap<PathBuf, 
 /// why. `run` reads these to decide what the receipt may claim (a reachable
 /// daemon socket means the key is in reach and the cleanup evadable).
 fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
-    let ids = inp.ids;
-    let who = ids.describe();
     // A cover holds only with the guard or a fresh /proc (`reach::covers_hold`).
     let covers_hold =
         reach::covers_hold(inp.guard.is_some(), inp.plan.is_some_and(|p| p.fresh_proc));
     let plan = inp.plan.filter(|_| covers_hold);
-    let entry = |channel: &str, path: Option<&Path>, reachable: bool, how: String| ReachEntry {
+    let mut out = socket_entries(inp, plan);
+    out.extend(file_entries(inp, plan));
+    out.push(signal_entry(inp));
+    out
+}
+
+/// One channel of the child's reach.
+fn reach_entry(channel: &str, path: Option<&Path>, reachable: bool, how: String) -> ReachEntry {
+    ReachEntry {
         channel: channel.into(),
         path: path.map(|p| p.display().to_string()),
         reachable,
         how,
-    };
+    }
+}
+
+/// Each daemon socket that exists: covered, reachable, or denied by its modes.
+fn socket_entries(inp: &ReachInputs<'_>, plan: Option<&MountPlan>) -> Vec<ReachEntry> {
+    let ids = inp.ids;
+    let who = ids.describe();
     let mut out = Vec::new();
     for (sock, daemon) in inp.sockets {
         let Some(meta) = inp.host_meta.get(sock) else {
             continue;
         };
         let e = match reach::socket_reach(ids, covered(plan, inp.mounts, sock, false), meta) {
-            reach::SocketReach::Covered => entry(
+            reach::SocketReach::Covered => reach_entry(
                 "daemon_socket",
                 Some(sock),
                 false,
                 format!("{daemon}: covered by /dev/null in the child's mount namespace"),
             ),
-            reach::SocketReach::Reachable => entry("daemon_socket", Some(sock), true, format!(
+            reach::SocketReach::Reachable => reach_entry("daemon_socket", Some(sock), true, format!(
                 "{daemon}: the child ({who}) may connect ({}); the daemon can read the runner key and start processes outside every witness of this run",
                 reach::mode_text(meta)
             )),
-            reach::SocketReach::Denied => entry(
+            reach::SocketReach::Denied => reach_entry(
                 "daemon_socket",
                 Some(sock),
                 false,
@@ -714,6 +732,15 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
         };
         out.push(e);
     }
+    out
+}
+
+/// The ledger directory and credentials that exist: covered, guarded,
+/// reachable, or denied by their modes.
+fn file_entries(inp: &ReachInputs<'_>, plan: Option<&MountPlan>) -> Vec<ReachEntry> {
+    let ids = inp.ids;
+    let who = ids.describe();
+    let mut out = Vec::new();
     let files = inp
         .protect
         .ledger_dir
@@ -730,21 +757,21 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
             continue;
         };
         let e = if covered(plan, inp.mounts, path, dir) {
-            entry(
+            reach_entry(
                 channel,
                 Some(path),
                 false,
                 "covered in the child's mount namespace".into(),
             )
         } else if let Some(abi) = inp.guard {
-            entry(
+            reach_entry(
                 channel,
                 Some(path),
                 false,
                 format!("the Landlock guard (ABI {abi}) denies it"),
             )
         } else if ids.may(meta, if dir { 3 } else { 4 }) {
-            entry(
+            reach_entry(
                 channel,
                 Some(path),
                 true,
@@ -755,7 +782,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
                 ),
             )
         } else {
-            entry(
+            reach_entry(
                 channel,
                 Some(path),
                 false,
@@ -767,6 +794,13 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
         };
         out.push(e);
     }
+    out
+}
+
+/// Whether the child may signal the runner.
+fn signal_entry(inp: &ReachInputs<'_>) -> ReachEntry {
+    let ids = inp.ids;
+    let who = ids.describe();
     let (reachable, how) = if inp.pid_namespace {
         (
             false,
@@ -790,8 +824,7 @@ fn reach_entries(inp: &ReachInputs<'_>) -> Vec<ReachEntry> {
             "the child ({who}) may signal the runner: a SIGSTOP would stop the wall time and cancellation from being enforced"
         ))
     };
-    out.push(entry("runner_signals", None, reachable, how));
-    out
+    reach_entry("runner_signals", None, reachable, how)
 }
 
 /// A block device node under `/dev` (or `/dev/mapper`) this process can open
@@ -822,6 +855,52 @@ fn guard_ruleset(
     seccomp_network: bool,
     mounts: &[reach::Mount],
 ) -> Result<(OwnedFd, String), String> {
+    let key_paths = guard_key_paths(protect, root_child, mounts)?;
+    let protected = guard_protected(&key_paths, writable, protect, mounts)?;
+    let ancestors: std::collections::HashSet<PathBuf> = protected
+        .iter()
+        .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf))
+        .collect();
+    let abi_v = ABI::from(abi as i32);
+    let all = AccessFs::from_all(abi_v);
+    let created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(all)
+        .map_err(|e| e.to_string())?
+        .scope(guard_scopes(abi, seccomp_network))
+        .map_err(|e| e.to_string())?
+        .create()
+        .map_err(|e| e.to_string())?;
+    let guarded = Guarded {
+        writable,
+        protected: &protected,
+        ancestors: &ancestors,
+        abi: abi_v,
+    };
+    let (created, rules, unlisted) = guard_walk(created, &guarded)?;
+    let fd: Option<OwnedFd> = created.into();
+    let fd = fd.ok_or_else(|| "Landlock ruleset was not created".to_string())?;
+    Ok((
+        fd,
+        format!(
+            "Landlock (ABI {abi}) denies the child {} path(s) of the key and the state dir ({rules} rules{})",
+            key_paths.len(),
+            if unlisted > 0 {
+                format!("; {unlisted} directory(ies) on the way this uid cannot list: only the writable paths in them are open to the child")
+            } else {
+                String::new()
+            }
+        ),
+    ))
+}
+
+/// The key's paths (every alias of it), when Landlock can protect it: a
+/// single hard link, and no raw disk this uid can read.
+fn guard_key_paths(
+    protect: &Protect<'_>,
+    root_child: bool,
+    mounts: &[reach::Mount],
+) -> Result<Vec<PathBuf>, String> {
     let key_paths = reach::aliases(protect.key, mounts)
         .map_err(|e| format!("runner key {}: {e}", protect.key.display()))?;
     let nlink = std::fs::metadata(protect.key).map_or(0, |m| m.nlink());
@@ -839,7 +918,19 @@ fn guard_ruleset(
             dev.display()
         ));
     }
-    let mut protected = key_paths.clone();
+    Ok(key_paths)
+}
+
+/// Every path the guard denies: the key's, the state dir's, the ledger
+/// directory's and credentials' (and their aliases); none may contain or
+/// lie within a writable path.
+fn guard_protected(
+    key_paths: &[PathBuf],
+    writable: &[PathBuf],
+    protect: &Protect<'_>,
+    mounts: &[reach::Mount],
+) -> Result<Vec<PathBuf>, String> {
+    let mut protected = key_paths.to_vec();
     for p in [Some(protect.state_dir), protect.ledger_dir]
         .into_iter()
         .flatten()
@@ -860,16 +951,14 @@ fn guard_ruleset(
             ));
         }
     }
-    let ancestors: std::collections::HashSet<PathBuf> = protected
-        .iter()
-        .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf))
-        .collect();
-    let abi_v = ABI::from(abi as i32);
-    let all = AccessFs::from_all(abi_v);
-    // ABI 6 scopes: the child may not signal a process outside its domain
-    // (a SIGSTOP'd runner enforces no wall time and no cancellation), and
-    // under the seccomp form of --no-network (no network namespace) it may
-    // not connect to the host's abstract unix sockets (a local proxy).
+    Ok(protected)
+}
+
+/// ABI 6 scopes: the child may not signal a process outside its domain
+/// (a SIGSTOP'd runner enforces no wall time and no cancellation), and
+/// under the seccomp form of --no-network (no network namespace) it may
+/// not connect to the host's abstract unix sockets (a local proxy).
+fn guard_scopes(abi: i64, seccomp_network: bool) -> landlock::BitFlags<landlock::Scope> {
     let mut scopes = landlock::BitFlags::<landlock::Scope>::empty();
     if abi >= 6 {
         scopes |= landlock::Scope::Signal;
@@ -877,14 +966,28 @@ fn guard_ruleset(
             scopes |= landlock::Scope::AbstractUnixSocket;
         }
     }
-    let mut created = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(all)
-        .map_err(|e| e.to_string())?
-        .scope(scopes)
-        .map_err(|e| e.to_string())?
-        .create()
-        .map_err(|e| e.to_string())?;
+    scopes
+}
+
+/// What the guard's walk of the tree goes by.
+struct Guarded<'a> {
+    writable: &'a [PathBuf],
+    protected: &'a [PathBuf],
+    /// The directories above a protected path.
+    ancestors: &'a std::collections::HashSet<PathBuf>,
+    abi: ABI,
+}
+
+/// Walk the tree from `/`: each directory above a protected path gets
+/// `READ_DIR` and its other entries everything. Returns the ruleset, the
+/// number of rules added, and the number of directories this uid could not
+/// list.
+fn guard_walk(
+    mut created: landlock::RulesetCreated,
+    g: &Guarded<'_>,
+) -> Result<(landlock::RulesetCreated, usize, usize), String> {
+    let (protected, ancestors) = (g.protected, g.ancestors);
+    let all = AccessFs::from_all(g.abi);
     let mut rules = 0usize;
     let mut unlisted = 0usize;
     let mut stack = vec![PathBuf::from("/")];
@@ -896,41 +999,11 @@ fn guard_ruleset(
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                // A directory this uid may enter but not list (a 0711
-                // scratch root of an outer governed-exec, a shared home):
-                // its entries cannot be enumerated, so only the ones known
-                // from the paths involved get rules — the way on to the
-                // key and state dir, and the writable paths below it; the
-                // rest of it is denied to the child, which could not list
-                // it either.
+                // A directory this uid may enter but not list.
                 unlisted += 1;
-                let below = |p: &Path| {
-                    p.strip_prefix(&dir)
-                        .ok()
-                        .and_then(|rest| rest.components().next())
-                        .map(|c| dir.join(c))
-                };
-                let mut known: Vec<PathBuf> = writable
-                    .iter()
-                    .chain(ancestors.iter())
-                    .filter_map(|p| below(p))
-                    .collect();
-                known.sort();
-                known.dedup();
-                for p in known {
-                    if protected.contains(&p) {
-                        continue;
-                    }
-                    if ancestors.contains(&p) {
-                        stack.push(p);
-                        continue;
-                    }
-                    let Ok(fd) = PathFd::new(&p) else { continue };
-                    created = created
-                        .add_rule(PathBeneath::new(fd, all))
-                        .map_err(|e| format!("{}: {e}", p.display()))?;
-                    rules += 1;
-                }
+                let (c, n) = unlisted_dir_rules(created, &dir, g, &mut stack)?;
+                created = c;
+                rules += n;
                 continue;
             }
             Err(e) => return Err(format!("{}: {e}", dir.display())),
@@ -952,7 +1025,7 @@ fn guard_ruleset(
             let access = if ft.is_dir() {
                 all
             } else {
-                all & AccessFs::from_file(abi_v)
+                all & AccessFs::from_file(g.abi)
             };
             let Ok(fd) = PathFd::new(&p) else { continue };
             created = created
@@ -961,20 +1034,52 @@ fn guard_ruleset(
             rules += 1;
         }
     }
-    let fd: Option<OwnedFd> = created.into();
-    let fd = fd.ok_or_else(|| "Landlock ruleset was not created".to_string())?;
-    Ok((
-        fd,
-        format!(
-            "Landlock (ABI {abi}) denies the child {} path(s) of the key and the state dir ({rules} rules{})",
-            key_paths.len(),
-            if unlisted > 0 {
-                format!("; {unlisted} directory(ies) on the way this uid cannot list: only the writable paths in them are open to the child")
-            } else {
-                String::new()
-            }
-        ),
-    ))
+    Ok((created, rules, unlisted))
+}
+
+/// A directory this uid may enter but not list (a 0711 scratch root of an
+/// outer governed-exec, a shared home): its entries cannot be enumerated,
+/// so only the ones known from the paths involved get rules — the way on to
+/// the key and state dir, and the writable paths below it; the rest of it
+/// is denied to the child, which could not list it either. Directories on
+/// the way go onto `stack`; returns the ruleset and the rules added.
+fn unlisted_dir_rules(
+    mut created: landlock::RulesetCreated,
+    dir: &Path,
+    g: &Guarded<'_>,
+    stack: &mut Vec<PathBuf>,
+) -> Result<(landlock::RulesetCreated, usize), String> {
+    let (writable, protected, ancestors) = (g.writable, g.protected, g.ancestors);
+    let all = AccessFs::from_all(g.abi);
+    let mut rules = 0usize;
+    let below = |p: &Path| {
+        p.strip_prefix(dir)
+            .ok()
+            .and_then(|rest| rest.components().next())
+            .map(|c| dir.join(c))
+    };
+    let mut known: Vec<PathBuf> = writable
+        .iter()
+        .chain(ancestors.iter())
+        .filter_map(|p| below(p))
+        .collect();
+    known.sort();
+    known.dedup();
+    for p in known {
+        if protected.contains(&p) {
+            continue;
+        }
+        if ancestors.contains(&p) {
+            stack.push(p);
+            continue;
+        }
+        let Ok(fd) = PathFd::new(&p) else { continue };
+        created = created
+            .add_rule(PathBeneath::new(fd, all))
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        rules += 1;
+    }
+    Ok((created, rules))
 }
 
 /// A path the kernel cannot take (a NUL byte in it).

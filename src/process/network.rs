@@ -734,25 +734,7 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
             }
         },
     };
-    let own = lock(&s.own).clone();
-    let mut refused = None;
-    let dialable: Vec<IpAddr> = addrs
-        .iter()
-        .copied()
-        .filter(|ip| {
-            let listed = s
-                .allow
-                .iter()
-                .any(|a| a.port == ask.port && a.host == AllowHost::Ip(*ip));
-            match resolve::refusal(*ip, &own) {
-                Some(why) if !listed => {
-                    refused.get_or_insert((why, *ip));
-                    false
-                }
-                _ => true,
-            }
-        })
-        .collect();
+    let (dialable, refused) = dialable_addrs(s, ask.port, &addrs);
     if dialable.is_empty() {
         let (why, ip) = refused.unwrap_or(("resolution_failed", IpAddr::from([0u8; 4])));
         let lit = match ip {
@@ -762,33 +744,84 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
         let body = format!("governed-exec: {target} resolves to {ip}, a {} the proxy does not dial through a name; the approver can allow that address with --allow-net {lit}\n", why.replace('_', " "));
         return deny(client, conn, 403, "Forbidden", body, why);
     }
-    let mut upstream = None;
-    let mut last_err = String::new();
-    for ip in &dialable {
-        match TcpStream::connect_timeout(&SocketAddr::new(*ip, ask.port), DIAL_TIMEOUT) {
-            Ok(u) => {
-                upstream = Some((u, *ip));
-                break;
-            }
-            Err(e) => last_err = format!("{ip}: {e}"),
+    let (up, ip) = match dial(&dialable, ask.port) {
+        Ok(u) => u,
+        Err(last_err) => {
+            conn.decision = NetDecision::Allowed;
+            conn.reason = Some("connect_failed".into());
+            conn.address = dialable.first().map(|i| i.to_string());
+            let _ = client.write_all(&response(
+                502,
+                "Bad Gateway",
+                &format!("governed-exec: cannot connect to {target}: {last_err}\n"),
+            ));
+            conn.duration_ms = started.1.elapsed().as_millis() as u64;
+            lock(&s.log).used[entry] = true;
+            return push(s, id, conn);
         }
-    }
-    let Some((mut up, ip)) = upstream else {
-        conn.decision = NetDecision::Allowed;
-        conn.reason = Some("connect_failed".into());
-        conn.address = dialable.first().map(|i| i.to_string());
-        let _ = client.write_all(&response(
-            502,
-            "Bad Gateway",
-            &format!("governed-exec: cannot connect to {target}: {last_err}\n"),
-        ));
-        conn.duration_ms = started.1.elapsed().as_millis() as u64;
-        lock(&s.log).used[entry] = true;
-        return push(s, id, conn);
     };
     lock(&s.log).used[entry] = true;
     conn.decision = NetDecision::Allowed;
     conn.address = Some(ip.to_string());
+    relay_allowed(s, id, client, up, &ask, &rest, &mut conn);
+    conn.duration_ms = started.1.elapsed().as_millis() as u64;
+    push(s, id, conn);
+}
+
+/// The addresses the proxy may dial for `port`: each one `resolve::refusal`
+/// lets through, or that the allowlist names as an IP literal; and the first
+/// refused one, with why, for the answer when none is left.
+fn dialable_addrs(
+    s: &Shared,
+    port: u16,
+    addrs: &[IpAddr],
+) -> (Vec<IpAddr>, Option<(&'static str, IpAddr)>) {
+    let own = lock(&s.own).clone();
+    let mut refused = None;
+    let dialable: Vec<IpAddr> = addrs
+        .iter()
+        .copied()
+        .filter(|ip| {
+            let listed = s
+                .allow
+                .iter()
+                .any(|a| a.port == port && a.host == AllowHost::Ip(*ip));
+            match resolve::refusal(*ip, &own) {
+                Some(why) if !listed => {
+                    refused.get_or_insert((why, *ip));
+                    false
+                }
+                _ => true,
+            }
+        })
+        .collect();
+    (dialable, refused)
+}
+
+/// Dial each address in turn: the first that answers, or the last error.
+fn dial(addrs: &[IpAddr], port: u16) -> Result<(TcpStream, IpAddr), String> {
+    let mut last_err = String::new();
+    for ip in addrs {
+        match TcpStream::connect_timeout(&SocketAddr::new(*ip, port), DIAL_TIMEOUT) {
+            Ok(u) => return Ok((u, *ip)),
+            Err(e) => last_err = format!("{ip}: {e}"),
+        }
+    }
+    Err(last_err)
+}
+
+/// An allowed connection, dialled: the 200 (CONNECT) or the request's head
+/// upstream, the bytes already read past the head, then both ways until
+/// done; the bytes each way go on `conn`.
+fn relay_allowed(
+    s: &Shared,
+    id: u64,
+    client: &mut TcpStream,
+    mut up: TcpStream,
+    ask: &Ask,
+    rest: &[u8],
+    conn: &mut Connection,
+) {
     if let Ok(u) = up.try_clone() {
         if let Some(v) = lock(&s.open).get_mut(&id) {
             v.push(u);
@@ -814,7 +847,7 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
                 .len()
                 .min(usize::try_from(ask.body_len).unwrap_or(usize::MAX))]
         }
-        None => &rest,
+        None => rest,
     };
     let sent_first = if opened.is_ok() && !rest.is_empty() {
         up.write_all(rest).map(|()| rest.len() as u64).unwrap_or(0)
@@ -829,8 +862,6 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
         conn.bytes_sent = head_sent + sent_first + sent;
         conn.bytes_received = received;
     }
-    conn.duration_ms = started.1.elapsed().as_millis() as u64;
-    push(s, id, conn);
 }
 
 /// Copy both ways until both sides are done: (child → host, host → child).
