@@ -695,28 +695,50 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         0
     };
 
-    let (pid, pidfd, path) = match clone3_fork(spec, ns_flags, &child) {
-        Ok((pid, pidfd)) => (pid, pidfd, SpawnPath::Clone3),
-        Err(e) if clone3_unusable(e.raw_os_error().unwrap_or(0)) => {
-            child.cgroup_procs = cgroup_procs.as_ref().map_or(-1, |f| f.as_raw_fd());
-            match clone_pidfd_fork(ns_flags, &child) {
-                Ok((pid, pidfd)) => (pid, pidfd, SpawnPath::ClonePidfd),
-                // A kernel before CLONE_PIDFD (5.2) rejects the flag.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    let (pid, pidfd) = fork_then_pidfd_open(ns_flags, &child)?;
-                    (pid, pidfd, SpawnPath::ForkPidfdOpen)
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(e) => return Err(e),
-    };
+    let cgroup_procs = cgroup_procs.as_ref().map_or(-1, |f| f.as_raw_fd());
+    let (pid, pidfd, path) = fork_child(spec, ns_flags, &mut child, cgroup_procs)?;
     drop(err_w);
     let exit_trace = match handshake {
         Some(h) => h.seize(pid),
         None => ExitTrace::NotAsked,
     };
     crate::testing::fault::point("after_fork");
+    exec_report(&err_r, (pid, pidfd, path), exit_trace)
+}
+
+/// Fork the child by the first mechanism this kernel and its seccomp
+/// profile allow (see [`SpawnPath`]).
+fn fork_child(
+    spec: &SpawnSpec<'_>,
+    ns_flags: u64,
+    child: &mut ChildPlan<'_>,
+    cgroup_procs: RawFd,
+) -> io::Result<(libc::pid_t, OwnedFd, SpawnPath)> {
+    match clone3_fork(spec, ns_flags, child) {
+        Ok((pid, pidfd)) => Ok((pid, pidfd, SpawnPath::Clone3)),
+        Err(e) if clone3_unusable(e.raw_os_error().unwrap_or(0)) => {
+            child.cgroup_procs = cgroup_procs;
+            match clone_pidfd_fork(ns_flags, child) {
+                Ok((pid, pidfd)) => Ok((pid, pidfd, SpawnPath::ClonePidfd)),
+                // A kernel before CLONE_PIDFD (5.2) rejects the flag.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    let (pid, pidfd) = fork_then_pidfd_open(ns_flags, child)?;
+                    Ok((pid, pidfd, SpawnPath::ForkPidfdOpen))
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// What the error pipe says once the child exec'd (EOF: running) or failed
+/// a setup step (then it has exited, and is reaped here).
+fn exec_report(
+    err_r: &OwnedFd,
+    (pid, pidfd, path): (libc::pid_t, OwnedFd, SpawnPath),
+    exit_trace: ExitTrace,
+) -> io::Result<Spawned> {
     let mut report = [0u8; 5];
     let n = read_full(err_r.as_raw_fd(), &mut report)?;
     if n == 0 {
@@ -727,7 +749,6 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
             exit_trace,
         });
     }
-    // The child failed before or at exec and has exited: reap it now.
     let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
     let step = ChildStep::from_u8(report[0]).unwrap_or(ChildStep::Exec);
     let errno = i32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
