@@ -381,6 +381,21 @@ pub fn read_pid(p: &Path) -> i32 {
         .expect("pid")
 }
 
+/// A fresh database `PREFIX_<pid>` in the PostgreSQL test cluster
+/// (scripts/pg-test-cluster.sh), as a ledger address; `None` without one.
+#[allow(dead_code)]
+pub fn test_cluster_ledger(prefix: &str) -> Option<String> {
+    let port = std::env::var("GOVERNED_EXEC_TEST_PG_PORT").ok()?;
+    let bin = PathBuf::from(std::env::var("GOVERNED_EXEC_TEST_PG_BIN").ok()?);
+    let name = format!("{prefix}_{}", std::process::id());
+    let o = Command::new(bin.join("createdb"))
+        .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres", &name])
+        .output()
+        .expect("createdb");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    Some(format!("postgres://127.0.0.1:{port}/{name}"))
+}
+
 /// Whether `name` is a program on PATH (a FROM-scratch container has a
 /// busybox shell and little else).
 #[allow(dead_code)]

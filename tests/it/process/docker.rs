@@ -697,12 +697,8 @@ fn the_shipped_gitlab_job_runs_its_real_cargo_test_in_a_container() {
     }
     let image = require_docker!(NAME);
     let cluster = |k: &str| std::env::var(k).ok();
-    let (Some(port), Some(pg_bin), Some(ca), Some(password)) = (
-        cluster("GOVERNED_EXEC_TEST_PG_PORT"),
-        cluster("GOVERNED_EXEC_TEST_PG_BIN"),
-        cluster("GOVERNED_EXEC_TEST_PG_CA"),
-        cluster("PGPASSWORD"),
-    ) else {
+    let (Some(ca), Some(password)) = (cluster("GOVERNED_EXEC_TEST_PG_CA"), cluster("PGPASSWORD"))
+    else {
         skip!("{NAME}: no PostgreSQL test cluster with TLS (scripts/test.sh starts one)");
         return;
     };
@@ -721,13 +717,7 @@ fn the_shipped_gitlab_job_runs_its_real_cargo_test_in_a_container() {
         skip!("{NAME}: git is not installed");
         return;
     }
-    let db = format!("ge_gitlab_{}", std::process::id());
-    let o = Command::new(Path::new(&pg_bin).join("createdb"))
-        .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres", &db])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let ledger = format!("postgres://127.0.0.1:{port}/{db}");
+    let ledger = test_cluster_ledger("ge_gitlab").expect("the test cluster's address");
     let shipped_ledger = "postgres://ledger.example.internal:5432/governed_exec";
     // The project: the shipped ci/ files, a one-test crate, the ledger's CA.
     for f in [

@@ -109,20 +109,9 @@ fn the_documented_ci_flow_runs_in_fresh_clones_against_one_ledger() {
     std::fs::set_permissions(&step, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(git(&origin, &["add", "-A"]) && git(&origin, &["commit", "-qm", "ci"]));
 
-    let ledger = match (
-        std::env::var("GOVERNED_EXEC_TEST_PG_PORT"),
-        std::env::var("GOVERNED_EXEC_TEST_PG_BIN"),
-    ) {
-        (Ok(port), Ok(bin)) => {
-            let name = format!("ge_ci_{}", std::process::id());
-            let o = Command::new(PathBuf::from(bin).join("createdb"))
-                .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres", &name])
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            format!("postgres://127.0.0.1:{port}/{name}")
-        }
-        _ => {
+    let ledger = match test_cluster_ledger("ge_ci") {
+        Some(ledger) => ledger,
+        None => {
             skip!("no PostgreSQL test cluster: replaying the CI flow with a shared-directory ledger instead");
             e.path("shared-ledger").display().to_string()
         }
