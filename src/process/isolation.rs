@@ -650,11 +650,17 @@ struct ReachInputs<'a> {
 }
 
 /// Whether every path of `path` in this mount namespace is covered in the
-/// child's (a file by `/dev/null`, a directory by an empty tmpfs).
-fn covered(plan: Option<&MountPlan>, mounts: &[reach::Mount], path: &Path, dir: bool) -> bool {
+/// child's (a file by `/dev/null`, a directory by an empty tmpfs); `meta`
+/// is its [`host_metadata`], read once.
+fn covered(
+    plan: Option<&MountPlan>,
+    mounts: &[reach::Mount],
+    path: &Path,
+    (dir, meta): (bool, &std::fs::Metadata),
+) -> bool {
     let Some(plan) = plan else { return false };
     // Covers go by path: a second hard link elsewhere is not covered.
-    if !dir && std::fs::metadata(path).map_or(true, |m| m.nlink() != 1) {
+    if !dir && meta.nlink() != 1 {
         return false;
     }
     let aliases = reach::aliases(path, mounts).unwrap_or_default();
@@ -709,7 +715,7 @@ fn socket_entries(inp: &ReachInputs<'_>, plan: Option<&MountPlan>) -> Vec<ReachE
         let Some(meta) = inp.host_meta.get(sock) else {
             continue;
         };
-        let e = match reach::socket_reach(ids, covered(plan, inp.mounts, sock, false), meta) {
+        let e = match reach::socket_reach(ids, covered(plan, inp.mounts, sock, (false, meta)), meta) {
             reach::SocketReach::Covered => reach_entry(
                 "daemon_socket",
                 Some(sock),
@@ -756,7 +762,7 @@ fn file_entries(inp: &ReachInputs<'_>, plan: Option<&MountPlan>) -> Vec<ReachEnt
         let Some(meta) = inp.host_meta.get(path) else {
             continue;
         };
-        let e = if covered(plan, inp.mounts, path, dir) {
+        let e = if covered(plan, inp.mounts, path, (dir, meta)) {
             reach_entry(
                 channel,
                 Some(path),
