@@ -953,7 +953,14 @@ fn descendants() -> std::io::Result<Vec<Node>> {
     let mut queue = vec![me];
     let mut seen = HashSet::new();
     while let Some(parent) = queue.pop() {
-        for pid in children_of(parent)? {
+        let children = children_of(parent)?;
+        if parent == me && crate::testing::fault::fail("slow_tree_walk") {
+            // A tree that changes between two reads of the walk, made
+            // certain: whatever dies now hands its children to us after our
+            // own list was read.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for pid in children {
             if seen.insert(pid) {
                 out.push(Node { pid, ppid: parent });
                 queue.push(pid);
@@ -1050,8 +1057,15 @@ fn kill_all_and_confirm(main: &Main, count_as_leftovers: bool, cgroups: &RunCgro
         first = false;
         // Whether some witness could not be read in this pass: then nothing
         // is observed gone, whatever the others say.
-        let (mut present, mut blind) = kill_and_walk(pid, cgroups, &mut seen_alive);
+        // Whether main had exited before the walk began. A process that
+        // dies during the walk hands its children to us after our own list
+        // was read, so a walk that finds nothing proves the tree empty only
+        // if main was already a zombie when it started (then its children
+        // were ours before we read our list, and nothing else was alive to
+        // fork or die). Read after the walk, a main process dying in the
+        // middle of it would hide its daemon.
         let main_done = main_has_exited(main);
+        let (mut present, mut blind) = kill_and_walk(pid, cgroups, &mut seen_alive);
         let (members, populated, cgroups_blind) = cgroup_witness(pid, cgroups);
         blind |= cgroups_blind;
         let known: HashSet<i32> = present.iter().copied().collect();

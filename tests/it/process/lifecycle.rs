@@ -268,3 +268,42 @@ fn an_unobserved_pid_namespace_teardown_is_not_a_count_of_zero() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("no_leftover_processes"), "{out}");
 }
+
+/// A process of the tree that dies while the tree is walked hands its
+/// children to the runner after the runner's own list was read: a walk that
+/// finds nothing else is "gone" only if the main process had exited before
+/// it began. Here the walk is slowed (a fault point) so that the main
+/// process, just sent SIGKILL, dies in the middle of it with a setsid'd
+/// daemon under it; the daemon must not outlive a `gone` receipt.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_main_process_dying_during_the_tree_walk_does_not_hide_its_daemon() {
+    let e = Env::new();
+    let gc_pid = e.path("gc.pid");
+    let script = format!(
+        "trap '' TERM; setsid sh -c 'trap \"\" TERM; echo $$ > {gc}.tmp; mv {gc}.tmp {gc}; exec sleep 1000' & while :; do sleep 1; done",
+        gc = gc_pid.display(),
+    );
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--wall-time", "1s", "--kill-grace", "100ms"], &probe);
+    let r = finish_run(output(
+        e.run_cmd(&[], &probe)
+            .env("GOVERNED_EXEC_FAULT", "slow_tree_walk"),
+    ));
+    assert_eq!(r.code, 124, "{}", r.stderr);
+    let pid = read_pid(&gc_pid);
+    let alive = pid_alive(pid);
+    if alive {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let cleanup = &r.predicate()["cleanup"];
+    assert!(
+        !alive || cleanup["state"] != "gone",
+        "pid {pid} survived a cleanup recorded as gone: {cleanup}"
+    );
+    assert_eq!(cleanup["state"], "gone", "{cleanup}");
+    assert_eq!(r.class(), "timed_out_reaped");
+}
