@@ -170,7 +170,12 @@ pub fn cli_main() -> i32 {
 /// The command line, or the exit code of a line clap could not parse (a
 /// `run` line is still a refusal document).
 fn parse() -> Result<Cli, i32> {
-    match Cli::try_parse() {
+    let parsed = if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
+        cli::args::parse_run(std::env::args_os())
+    } else {
+        Cli::try_parse()
+    };
+    match parsed {
         Ok(c) => Ok(c),
         Err(e) => {
             use clap::error::ErrorKind;

@@ -165,7 +165,16 @@ pub fn daemon_sockets(uid: u32, runner_uid: u32, extra: &[String]) -> Vec<(PathB
     );
     candidates.extend(listening_daemon_sockets());
     let mut out: Vec<(PathBuf, String)> = Vec::new();
+    let mut seen: Vec<PathBuf> = Vec::new();
     for (p, d) in candidates {
+        // One stat (the kernel resolves the links) rules out what is not
+        // there, which is most of the list on any machine; only the sockets
+        // found are canonicalised, each path once (`realpath` reads every
+        // component of it again).
+        if seen.contains(&p) || !std::fs::metadata(&p).is_ok_and(|m| m.file_type().is_socket()) {
+            continue;
+        }
+        seen.push(p.clone());
         let Ok(canonical) = p.canonicalize() else {
             continue;
         };

@@ -138,16 +138,45 @@ pub fn ignored_signals() -> u64 {
 /// `CAP_SYS_RESOURCE`: raise a hard rlimit.
 pub const CAP_SYS_RESOURCE: u32 = 24;
 
-/// Whether this process holds `cap` in its effective set.
+/// Whether this process holds `cap` in its effective set: one `capget(2)`
+/// (version 3, two 32-bit words), instead of reading and parsing
+/// `/proc/self/status` on the run's path. A failed call holds nothing.
 pub fn has_effective_capability(cap: u32) -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .is_some_and(|mask| mask & (1u64 << cap) != 0)
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    if cap >= 64 {
+        return false;
+    }
+    let mut header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget with a version-3 header writes exactly two `Data`
+    // structs (the kernel's `__user_cap_data_struct`, three u32s each) into
+    // `data`, which is that size; both pointers are valid for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut Header,
+            data.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return false;
+    }
+    data[(cap / 32) as usize].effective & (1u32 << (cap % 32)) != 0
 }
 
 /// Bring the loopback interface up in the current (fresh) network namespace.
@@ -1880,5 +1909,30 @@ pub fn probe_in_child(probe: impl FnOnce() -> Result<String, String>) -> Result<
         Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(line),
         Ok(nix::sys::wait::WaitStatus::Exited(_, _)) => Err(line),
         other => Err(format!("the probe child ended unexpectedly: {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `capget` and the kernel's own text agree on every capability, as
+    /// root (most set) and as any other uid (none set).
+    #[test]
+    fn capget_agrees_with_proc_status_on_every_capability() {
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .expect("CapEff");
+        for cap in 0..64u32 {
+            assert_eq!(
+                has_effective_capability(cap),
+                mask & (1u64 << cap) != 0,
+                "capability {cap} (CapEff {mask:x})"
+            );
+        }
+        assert!(!has_effective_capability(64));
     }
 }
