@@ -855,13 +855,7 @@ impl Main {
         let pid = self.pid.as_raw();
         while let Ok(Some(stop)) = sys::trace_take_stop(pid) {
             if stop == TraceStop::Exit {
-                let alive = descendants().map(|tree| {
-                    tree.iter()
-                        .map(|n| n.pid)
-                        .filter(|&p| p != pid && proc_state(p).is_some_and(|(st, _)| st != 'Z'))
-                        .collect()
-                });
-                *self.alive_at_exit.borrow_mut() = alive;
+                *self.alive_at_exit.borrow_mut() = alive_in_tree_until_stable(pid);
             }
             let _ = sys::trace_resume(pid, stop);
         }
@@ -954,10 +948,10 @@ fn descendants() -> std::io::Result<Vec<Node>> {
     let mut seen = HashSet::new();
     while let Some(parent) = queue.pop() {
         let children = children_of(parent)?;
-        if parent == me && crate::testing::fault::fail("slow_tree_walk") {
+        if crate::testing::fault::fail("slow_tree_walk") {
             // A tree that changes between two reads of the walk, made
-            // certain: whatever dies now hands its children to us after our
-            // own list was read.
+            // certain: whatever dies now hands its children to a parent
+            // whose list may already have been read (ours, first).
             std::thread::sleep(Duration::from_millis(100));
         }
         for pid in children {
@@ -968,6 +962,31 @@ fn descendants() -> std::io::Result<Vec<Node>> {
         }
     }
     Ok(out)
+}
+
+/// Every process of the tree but `main` seen alive, over walks repeated
+/// until two in a row find the same processes (at most a few): a process
+/// that dies during one walk hands its children to another parent after
+/// that parent's list may have been read, so one walk can miss them; the
+/// next one finds them where they went.
+fn alive_in_tree_until_stable(main: i32) -> std::io::Result<HashSet<i32>> {
+    const MAX_WALKS: usize = 8;
+    let mut alive = HashSet::new();
+    let mut last: Option<Vec<i32>> = None;
+    for _ in 0..MAX_WALKS {
+        let mut pids: Vec<i32> = descendants()?.iter().map(|n| n.pid).collect();
+        pids.sort_unstable();
+        alive.extend(
+            pids.iter()
+                .copied()
+                .filter(|&p| p != main && proc_state(p).is_some_and(|(st, _)| st != 'Z')),
+        );
+        if last.as_ref() == Some(&pids) {
+            break;
+        }
+        last = Some(pids);
+    }
+    Ok(alive)
 }
 
 /// `(state, ppid)` from `/proc/PID/stat`.

@@ -307,3 +307,38 @@ fn a_main_process_dying_during_the_tree_walk_does_not_hide_its_daemon() {
     assert_eq!(cleanup["state"], "gone", "{cleanup}");
     assert_eq!(r.class(), "timed_out_reaped");
 }
+
+/// Under a PID namespace the leftovers are counted at the main process's
+/// exit stop, by walking the tree. A process that exits during that walk
+/// hands its `setsid` child to a parent whose list may already have been
+/// read: one walk would count 0 and `no_leftover_processes` would pass
+/// with a daemon alive at the main process's end. The walk is slowed (a
+/// fault point) so that the middle process dies in the middle of it.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_process_dying_during_the_exit_count_does_not_hide_its_child() {
+    let e = Env::new();
+    e.set_goal(EXIT_0_NO_LEFTOVERS);
+    let marker = 3_000_000 + u64::from(std::process::id());
+    let script = format!("sh -c 'setsid sleep {marker} & sleep 0.2' & sleep 0.05; exit 0");
+    let probe = ["sh", "-c", script.as_str()];
+    e.approve(&["--pid-namespace", "--wall-time", "20s"], &probe);
+    let r = finish_run(output(
+        e.run_cmd(&[], &probe)
+            .env("GOVERNED_EXEC_FAULT", "slow_tree_walk"),
+    ));
+    if no_pid_namespace_here(
+        "a_process_dying_during_the_exit_count_does_not_hide_its_child",
+        &r,
+    ) {
+        return;
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let c = &r.predicate()["cleanup"];
+    assert_eq!(c["state"], "gone", "{c}");
+    assert!(sleeps_alive(marker).is_empty(), "the setsid sleep survived");
+    assert!(
+        c["leftover_processes_killed"].as_u64().unwrap_or(0) >= 1,
+        "the setsid sleep alive at the main process's exit was not counted: {c}"
+    );
+}
