@@ -365,7 +365,11 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
     ));
     checks.push(check(
         "user_namespace",
-        sys::probe_in_child(|| isolation::enter_user_namespace().map(|()| String::new()))
+        sys::probe_in_child(|| {
+            isolation::enter_user_namespace()
+                .map(|()| String::new())
+                .map_err(|e| e.to_string())
+        })
             .map(|_| {
                 (
                     "user_namespace".into(),
