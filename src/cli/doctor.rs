@@ -365,25 +365,22 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
     ));
     checks.push(check(
         "user_namespace",
-        sys::probe_in_child(|| {
-            isolation::enter_user_namespace()
-                .map(|()| String::new())
-                .map_err(|e| e.to_string())
-        })
+        sys::probe_in_child(|| isolation::enter_user_namespace().map(|()| String::new()))
             .map(|_| {
                 (
                     "user_namespace".into(),
                     "an unprivileged user namespace can be made (used for --no-network, --allow-net and --pid-namespace without CAP_SYS_ADMIN)".into(),
                 )
-            }),
+            })
+            .map_err(|e| e.to_string()),
     ));
     checks.push(check(
         "no_network",
         sys::probe_in_child(|| {
             isolation::enter_namespaces(true, &[], false)
                 .map(|ns| ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
-                .map_err(|e| e.to_string())
         })
+        .map_err(|e| e.to_string())
         .map(|m| {
             let detail = match m.as_str() {
                 "seccomp_socket_families" => format!(
@@ -401,10 +398,10 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
         sys::probe_in_child(|| {
             // What `run` does for --allow-net: the proxy's thread in this
             // namespace, the child's namespace with the listener in it.
-            let ns = isolation::enter_namespaces(false, &["doctor.invalid:443".to_string()], false)
-                .map_err(|e| e.to_string())?;
-            Ok(ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
+            isolation::enter_namespaces(false, &["doctor.invalid:443".to_string()], false)
+                .map(|ns| ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
         })
+        .map_err(|e| e.to_string())
         .map(|m| {
             (
                 m,
@@ -415,17 +412,16 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
     checks.push(check(
         "pid_namespace",
         sys::probe_in_child(|| {
-            isolation::enter_namespaces(false, &[], true)
-                .map(|ns| ns.pid.unwrap_or("").to_string())
-                .map_err(|e| e.to_string())
+            isolation::enter_namespaces(false, &[], true).map(|ns| ns.pid.unwrap_or("").to_string())
         })
+        .map_err(|e| e.to_string())
         .map(|m| (m, "the child is PID 1 of its own PID namespace".into())),
     ));
     checks.push(check(
         "seccomp",
         sys::SocketFilter::no_network()
             .ok_or_else(|| "no seccomp socket filter is written for this architecture".to_string())
-            .and_then(|f| f.check())
+            .and_then(|f| f.check().map_err(|e| e.to_string()))
             .map(|()| {
                 (
                     "seccomp_filter".into(),

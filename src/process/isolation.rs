@@ -315,7 +315,7 @@ pub fn enter_namespaces(
         if out.net.is_none() {
             let filter = sys::SocketFilter::no_network()
                 .ok_or_else(|| "no seccomp socket filter for this architecture".to_string())
-                .and_then(|f| f.check().map(|()| f));
+                .and_then(|f| f.check().map(|()| f).map_err(|e| e.to_string()));
             match filter {
                 Ok(f) => {
                     out.net = Some(NetMechanism::Seccomp);
