@@ -610,7 +610,10 @@ enum LedgerUnusable {
     Ledger(#[from] crate::ledger::LedgerError),
     /// A journal of the ledger that does not read: its label and why.
     #[error("{label}: {why}")]
-    Chain { label: String, why: String },
+    Chain {
+        label: String,
+        why: crate::ledger::BrokenChain,
+    },
 }
 
 fn ledger_usable(l: &str) -> Result<(String, String), LedgerUnusable> {
