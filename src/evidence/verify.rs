@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use crate::evidence::sign;
 use crate::gate::identity;
-use crate::ledger::journal::Event;
 use crate::model::goal::{self, LoadedGoal, ResourceBounds};
+use crate::model::record::Event;
 use crate::model::{
     parse_json, units, CleanupState, Criterion, NetDecision, OutcomeClass, ParseError, ReceiptBody,
     Statement, DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, RECEIPT_SCHEMA, STATEMENT_TYPE,
