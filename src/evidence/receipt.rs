@@ -7,7 +7,6 @@ use std::path::Path;
 use ed25519_dalek::SigningKey;
 
 use crate::evidence::sign;
-use crate::gate::identity;
 use crate::model::{
     parse_json, Envelope, Product, ReceiptBody, Statement, StreamRecord, Subject,
     DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE,
@@ -23,20 +22,22 @@ pub fn empty_stream() -> StreamRecord {
 pub fn products(workspace: &Path, paths: &[String]) -> Vec<Product> {
     paths
         .iter()
-        .map(|rel| match identity::hash_workspace_file(workspace, rel) {
-            Some((size, sha256)) => Product {
-                path: rel.clone(),
-                exists: true,
-                size: Some(size),
-                sha256: Some(sha256),
+        .map(
+            |rel| match crate::evidence::products::hash_workspace_file(workspace, rel) {
+                Some((size, sha256)) => Product {
+                    path: rel.clone(),
+                    exists: true,
+                    size: Some(size),
+                    sha256: Some(sha256),
+                },
+                None => Product {
+                    path: rel.clone(),
+                    exists: false,
+                    size: None,
+                    sha256: None,
+                },
             },
-            None => Product {
-                path: rel.clone(),
-                exists: false,
-                size: None,
-                sha256: None,
-            },
-        })
+        )
         .collect()
 }
 
