@@ -8,15 +8,9 @@ use ed25519_dalek::SigningKey;
 
 use crate::evidence::sign;
 use crate::model::{
-    parse_json, Envelope, Product, ReceiptBody, Statement, StreamRecord, Subject,
-    DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE,
+    parse_json, Envelope, Product, ReceiptBody, Statement, Subject, DSSE_PAYLOAD_TYPE,
+    PREDICATE_TYPE, STATEMENT_TYPE,
 };
-use crate::process::capture::StreamCapture;
-
-pub fn empty_stream() -> StreamRecord {
-    StreamCapture::new(0).finish(true)
-}
-
 /// Hash every product path after the process ended. A path that is not a
 /// regular file (or escapes the workspace through a symlink) is `missing`.
 pub fn products(workspace: &Path, paths: &[String]) -> Vec<Product> {
