@@ -39,6 +39,7 @@ modules=(
   "journal|src/ledger/journal.rs|check_checkpoint|checkpoint_bound|checkpoint_trusted|load_checkpoint|record_ending_at|invariant_violations|audit|summary_difference|Summary::fold|hmac|--lib -- ledger::journal"
   "verify|src/evidence/verify.rs||--lib -- evidence::verify"
   "goal|src/model/goal.rs||--lib -- model::goal"
+  "limits|src/model/limits.rs||--lib -- model::limits"
   "ledger|src/ledger/mod.rs||--lib -- ledger::tests"
   "local|src/ledger/local.rs||--lib --test it -- ledger:: gate::portable::a_local_ledger"
   "process_limit|src/process/process_limit.rs||--lib -- process::process_limit"

@@ -50,31 +50,54 @@ pub struct Report {
     pub process_limit_by_profile: Vec<ProfileLimit>,
 }
 
-fn check(name: &'static str, r: Result<(String, String), String>) -> Check {
-    match r {
-        Ok((mechanism, detail)) => Check {
+/// What doctor found for one thing a lease may ask for: the mechanism
+/// `run` uses for it here and how, or why it cannot be had. A row of the
+/// report, not an error: an unavailable finding is printed, never raised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Finding {
+    Available { mechanism: String, detail: String },
+    Unavailable { why: String },
+}
+
+impl Finding {
+    fn yes(mechanism: String, detail: String) -> Finding {
+        Finding::Available { mechanism, detail }
+    }
+
+    fn no(why: String) -> Finding {
+        Finding::Unavailable { why }
+    }
+
+    /// What a probe or a check answered: its mechanism and how, or its
+    /// error's words.
+    fn of<E: std::fmt::Display>(r: Result<(String, String), E>) -> Finding {
+        match r {
+            Ok((mechanism, detail)) => Finding::yes(mechanism, detail),
+            Err(e) => Finding::no(e.to_string()),
+        }
+    }
+}
+
+fn check(name: &'static str, f: Finding) -> Check {
+    match f {
+        Finding::Available { mechanism, detail } => Check {
             name,
             available: true,
             mechanism: Some(mechanism),
             detail,
         },
-        Err(detail) => Check {
+        Finding::Unavailable { why } => Check {
             name,
             available: false,
             mechanism: None,
-            detail,
+            detail: why,
         },
     }
 }
 
 /// Whether the child could set `resource` to the largest tier's value: a
 /// hard limit can only be lowered without `CAP_SYS_RESOURCE`.
-fn rlimit_check(
-    resource: Resource,
-    mechanism: &str,
-    largest: u64,
-    can_raise: bool,
-) -> Result<(String, String), String> {
+fn rlimit_check(resource: Resource, mechanism: &str, largest: u64, can_raise: bool) -> Finding {
     let hard = getrlimit(resource).map(|(_, hard)| hard).unwrap_or(0);
     let shown = |v: u64| {
         if v == libc::RLIM_INFINITY {
@@ -84,16 +107,16 @@ fn rlimit_check(
         }
     };
     if can_raise || hard >= largest {
-        Ok((
+        Finding::yes(
             mechanism.to_string(),
             format!(
                 "setrlimit in the child before exec (soft = hard = the lease's value); this process's hard limit: {}{}",
                 shown(hard),
                 if can_raise { ", and it may raise it (CAP_SYS_RESOURCE)" } else { "" }
             ),
-        ))
+        )
     } else {
-        Err(format!(
+        Finding::no(format!(
             "this process's hard limit is {} (below the long tier's {largest}) and it cannot raise it (no CAP_SYS_RESOURCE): a lease above {} ends exec_failed at setrlimit; approve a value at most that",
             shown(hard),
             shown(hard)
@@ -136,19 +159,19 @@ pub fn report() -> Report {
 fn spawn_check() -> Check {
     check(
         "spawn",
-        Ok(match sys::clone3_probe() {
-            Ok(()) => (
+        match sys::clone3_probe() {
+            Ok(()) => Finding::yes(
                 "clone3".into(),
                 "clone3 with CLONE_PIDFD (and CLONE_INTO_CGROUP for a v2 group)".into(),
             ),
-            Err(errno) => (
+            Err(errno) => Finding::yes(
                 "clone_pidfd".into(),
                 format!(
                     "clone3 answers {}, as under Docker's default seccomp profile: run uses clone with CLONE_PIDFD (pidfd from birth; the child joins its v2 cgroup itself before exec), or fork + pidfd_open on a kernel without CLONE_PIDFD",
                     errno_text(errno)
                 ),
             ),
-        }),
+        },
     )
 }
 
@@ -169,11 +192,11 @@ fn limit_checks(euid: u32) -> (Vec<Check>, Vec<ProfileLimit>) {
     checks.push(check(
         "pids_cgroup",
         match cgroups.process_limit() {
-            Some(kind) => Ok((
+            Some(kind) => Finding::yes(
                 kind.into(),
                 "a pids cgroup is made for each run, with the lease's max_processes".into(),
-            )),
-            None => Err(if cgroups.notes().is_empty() {
+            ),
+            None => Finding::no(if cgroups.notes().is_empty() {
                 "no pids cgroup could be made".into()
             } else {
                 cgroups.notes().join("; ")
@@ -183,12 +206,12 @@ fn limit_checks(euid: u32) -> (Vec<Check>, Vec<ProfileLimit>) {
     checks.push(check(
         "rlimit_nproc",
         if euid != 0 {
-            Ok((
+            Finding::yes(
                 "rlimit_nproc".into(),
                 format!("binds a child running as uid {euid} (it counts every process of that uid)"),
-            ))
+            )
         } else {
-            Err("the child runs as root (governed-exec's uid), which RLIMIT_NPROC does not bind; it binds a child approved with --as-user to a non-root uid".into())
+            Finding::no("the child runs as root (governed-exec's uid), which RLIMIT_NPROC does not bind; it binds a child approved with --as-user to a non-root uid".into())
         },
     ));
     checks.extend(memory_checks(&cgroups, euid));
@@ -216,12 +239,12 @@ fn limit_checks(euid: u32) -> (Vec<Check>, Vec<ProfileLimit>) {
     checks.push(check(
         "cgroup_kill",
         if cgroups.has_kill() {
-            Ok((
+            Finding::yes(
                 "cgroup_v2".into(),
                 "a v2 group per run: cleanup also kills through cgroup.kill and requires `populated 0`".into(),
-            ))
+            )
         } else {
-            Err("no cgroup v2 group can be made: cleanup relies on the subreaper tree walk (and a v1 pids group's members where there is one)".into())
+            Finding::no("no cgroup v2 group can be made: cleanup relies on the subreaper tree walk (and a v1 pids group's members where there is one)".into())
         },
     ));
     drop(cgroups);
@@ -241,10 +264,10 @@ fn memory_checks(cgroups: &RunCgroups, euid: u32) -> Vec<Check> {
     checks.push(match cgroups.memory_limit() {
         Some(kind) => check(
             "memory",
-            Ok((
+            Finding::yes(
                 kind.into(),
                 "a memory cgroup per run limits the resident memory of the whole run (no swap); an OOM kill of the main process is `memory_limit_reaped` (exit 121)".into(),
-            )),
+            ),
         ),
         None => {
             let why = if cgroups.memory_notes().is_empty() {
@@ -265,8 +288,8 @@ fn memory_checks(cgroups: &RunCgroups, euid: u32) -> Vec<Check> {
     });
     checks.push(check(
         "resource_accounting",
-        Ok(match accounting::read_counters(&cgroups.counter_dirs()) {
-            Some(c) => (
+        match accounting::read_counters(&cgroups.counter_dirs()) {
+            Some(c) => Finding::yes(
                 c.mechanism.into(),
                 format!(
                     "read once from the run's cgroups at its end: CPU of every process, {}, {}, {}, {}",
@@ -276,11 +299,11 @@ fn memory_checks(cgroups: &RunCgroups, euid: u32) -> Vec<Check> {
                     c.oom_kills.as_ref().map_or_else(|e| format!("no OOM kills ({e})"), |_| "OOM kills".into()),
                 ),
             ),
-            None => (
+            None => Finding::yes(
                 "rusage".into(),
                 "no cgroup can be made for a run here: the receipt has the children's getrusage (CPU and IO of the processes waited for, the largest process's peak RSS) and says why the other figures are null".into(),
             ),
-        }),
+        },
     ));
     checks
 }
@@ -318,31 +341,29 @@ fn rlimit_checks(euid: u32) -> Vec<Check> {
     }
     checks.push(check(
         "wall_time",
-        Ok((
+        Finding::yes(
             "deadline".into(),
             "the runner's own deadline: TERM to the whole tree, then KILL after the kill grace; `timed_out_reaped` only once every process was observed gone".into(),
-        )),
+        ),
     ));
     checks.push(check(
         "output_cap",
-        Ok((
+        Finding::yes(
             "drain_count".into(),
             "the runner drains and counts both streams: past the lease's output cap the tree is killed (`output_limit_reaped` once observed gone)".into(),
-        )),
+        ),
     ));
     checks.push(check(
         "enclosing_pids_max",
-        cgroup::enclosing_pids_max()
-            .map(|(n, file)| {
-                (
-                    "enclosing_pids_max".into(),
-                    format!(
-                        "{} = {n}: used for a lease whose max_processes is at least {n}",
-                        file.display()
-                    ),
-                )
-            })
-            .map_err(|e| e.to_string()),
+        Finding::of(cgroup::enclosing_pids_max().map(|(n, file)| {
+            (
+                "enclosing_pids_max".into(),
+                format!(
+                    "{} = {n}: used for a lease whose max_processes is at least {n}",
+                    file.display()
+                ),
+            )
+        })),
     ));
     checks
 }
@@ -353,11 +374,11 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
     checks.push(check(
         "landlock",
         match sys::landlock_abi_version() {
-            Some(abi) => Ok((
+            Some(abi) => Finding::yes(
                 format!("landlock_abi_{abi}"),
                 format!("--fs-write/--fs-read enforced with Landlock ABI {abi}"),
-            )),
-            None => Err(format!(
+            ),
+            None => Finding::no(format!(
                 "the kernel offers no Landlock: landlock_create_ruleset answers {}",
                 errno_text(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
             )),
@@ -365,20 +386,19 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
     ));
     checks.push(check(
         "user_namespace",
-        sys::probe_in_child(|| isolation::enter_user_namespace().map(|()| String::new()))
+        Finding::of(sys::probe_in_child(|| isolation::enter_user_namespace().map(|()| String::new()))
             .map(|_| {
                 (
                     "user_namespace".into(),
                     "an unprivileged user namespace can be made (used for --no-network, --allow-net and --pid-namespace without CAP_SYS_ADMIN)".into(),
                 )
-            }),
+            })),
     ));
     checks.push(check(
         "no_network",
-        sys::probe_in_child(|| {
+        Finding::of(sys::probe_in_child(|| {
             isolation::enter_namespaces(true, &[], false)
                 .map(|ns| ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
-                .map_err(|e| e.to_string())
         })
         .map(|m| {
             let detail = match m.as_str() {
@@ -390,51 +410,51 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
                 _ => "a network namespace with only loopback".into(),
             };
             (m, detail)
-        }),
+        })),
     ));
     checks.push(check(
         "allow_net",
-        sys::probe_in_child(|| {
+        Finding::of(sys::probe_in_child(|| {
             // What `run` does for --allow-net: the proxy's thread in this
             // namespace, the child's namespace with the listener in it.
-            let ns = isolation::enter_namespaces(false, &["doctor.invalid:443".to_string()], false)
-                .map_err(|e| e.to_string())?;
-            Ok(ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
+            isolation::enter_namespaces(false, &["doctor.invalid:443".to_string()], false)
+                .map(|ns| ns.net.map(|m| m.as_str()).unwrap_or("").to_string())
         })
         .map(|m| {
             (
                 m,
                 format!("the child gets a network namespace with only loopback and governed-exec's HTTP proxy on {}, which dials only the lease's --allow-net entries from the runner's network", crate::process::network::PROXY_ADDR),
             )
-        }),
+        })),
     ));
     checks.push(check(
         "pid_namespace",
-        sys::probe_in_child(|| {
-            isolation::enter_namespaces(false, &[], true)
-                .map(|ns| ns.pid.unwrap_or("").to_string())
-                .map_err(|e| e.to_string())
-        })
-        .map(|m| (m, "the child is PID 1 of its own PID namespace".into())),
+        Finding::of(
+            sys::probe_in_child(|| {
+                isolation::enter_namespaces(false, &[], true)
+                    .map(|ns| ns.pid.unwrap_or("").to_string())
+            })
+            .map(|m| (m, "the child is PID 1 of its own PID namespace".into())),
+        ),
     ));
     checks.push(check(
         "seccomp",
-        sys::SocketFilter::no_network()
-            .ok_or_else(|| "no seccomp socket filter is written for this architecture".to_string())
-            .and_then(|f| f.check())
-            .map(|()| {
+        match sys::SocketFilter::no_network() {
+            None => Finding::no("no seccomp socket filter is written for this architecture".into()),
+            Some(f) => Finding::of(f.check().map(|()| {
                 (
                     "seccomp_filter".into(),
                     "a seccomp filter can be installed (the --no-network fallback)".into(),
                 )
-            }),
+            })),
+        },
     ));
     checks.push(check(
         "as_user",
         if euid == 0 {
-            Ok(("setresuid".into(), "governed-exec runs as root: --as-user UID[:GID] switches the child's uid/gid and drops every capability".into()))
+            Finding::yes("setresuid".into(), "governed-exec runs as root: --as-user UID[:GID] switches the child's uid/gid and drops every capability".into())
         } else {
-            Err(format!("governed-exec runs as uid {euid}; switching the child's uid needs root"))
+            Finding::no(format!("governed-exec runs as uid {euid}; switching the child's uid needs root"))
         },
     ));
     checks
@@ -450,13 +470,13 @@ fn key_checks(euid: u32) -> Vec<Check> {
     checks.push(check(
         "runner_key_out_of_reach",
         if euid == 0 && admin {
-            Ok(("as_user_or_mount_namespace".into(), "with --as-user to a non-root uid (a root-owned 0600 key is unreadable to it), or, for a uid-0 child, with any isolation option (its own mount namespace covers the key and it keeps only harmless capabilities); a lease without either leaves the key in reach and `verify` refuses the receipt unless --allow-key-in-reach".into()))
+            Finding::yes("as_user_or_mount_namespace".into(), "with --as-user to a non-root uid (a root-owned 0600 key is unreadable to it), or, for a uid-0 child, with any isolation option (its own mount namespace covers the key and it keeps only harmless capabilities); a lease without either leaves the key in reach and `verify` refuses the receipt unless --allow-key-in-reach".into())
         } else if euid == 0 {
-            Ok(("as_user".into(), "only with --as-user to a non-root uid: governed-exec lacks CAP_SYS_ADMIN (a container's default), so a uid-0 child gets no mount namespace to cover the key and can read it".into()))
+            Finding::yes("as_user".into(), "only with --as-user to a non-root uid: governed-exec lacks CAP_SYS_ADMIN (a container's default), so a uid-0 child gets no mount namespace to cover the key and can read it".into())
         } else if landlock {
-            Ok(("landlock".into(), format!("the child runs as uid {euid}, the key's owner; with any isolation option a Landlock ruleset denies it the key and the state dir; without one the key is in reach")))
+            Finding::yes("landlock".into(), format!("the child runs as uid {euid}, the key's owner; with any isolation option a Landlock ruleset denies it the key and the state dir; without one the key is in reach"))
         } else {
-            Err(format!("the child runs as uid {euid}, the same uid that owns the runner key, and the kernel offers no Landlock to deny it the key"))
+            Finding::no(format!("the child runs as uid {euid}, the same uid that owns the runner key, and the kernel offers no Landlock to deny it the key"))
         },
     ));
     checks.extend(reach_checks(euid, admin, sys::landlock_abi_version()));
@@ -486,35 +506,35 @@ fn reach_checks(euid: u32, admin: bool, landlock_abi: Option<i64>) -> Vec<Check>
             "out of reach of a child of this uid by its modes"
         };
         let r = match rule {
-            reach::SocketReach::Covered => Ok(("mount_cover".to_string(), format!("{daemon} at {} ({modes}): {plain}; any isolation option covers it in the child's mount namespace", sock.display()))),
-            _ if euid == 0 => Ok(("file_modes".to_string(), format!("{daemon} at {} ({modes}): {plain}; governed-exec lacks CAP_SYS_ADMIN to cover it, so only --as-user to a uid outside its owner and group keeps it out", sock.display()))),
-            reach::SocketReach::Reachable => Err(format!("{daemon} at {} ({modes}): this uid (or one of its groups) may connect, and no lease can take that from its child (Landlock does not mediate connect(2)); receipts will say the key was in reach and the cleanup evadable: run governed-exec as a uid outside the socket's group", sock.display())),
-            reach::SocketReach::Denied => Ok((
+            reach::SocketReach::Covered => Finding::yes("mount_cover".to_string(), format!("{daemon} at {} ({modes}): {plain}; any isolation option covers it in the child's mount namespace", sock.display())),
+            _ if euid == 0 => Finding::yes("file_modes".to_string(), format!("{daemon} at {} ({modes}): {plain}; governed-exec lacks CAP_SYS_ADMIN to cover it, so only --as-user to a uid outside its owner and group keeps it out", sock.display())),
+            reach::SocketReach::Reachable => Finding::no(format!("{daemon} at {} ({modes}): this uid (or one of its groups) may connect, and no lease can take that from its child (Landlock does not mediate connect(2)); receipts will say the key was in reach and the cleanup evadable: run governed-exec as a uid outside the socket's group", sock.display())),
+            reach::SocketReach::Denied => Finding::yes(
                 "file_modes".to_string(),
                 format!("{daemon} at {} ({modes}): {plain}", sock.display()),
-            )),
+            ),
         };
         out.push(check("reach_daemon_socket", r));
     }
     for f in crate::ledger::pg::credential_files() {
         let r = if euid == 0 && admin {
-            Ok((
+            Finding::yes(
                 "mount_cover".to_string(),
                 format!(
                     "{}: any isolation option covers it in the child's mount namespace",
                     f.display()
                 ),
-            ))
+            )
         } else if landlock_abi.is_some() {
-            Ok((
+            Finding::yes(
                 "landlock".to_string(),
                 format!(
                     "{}: any isolation option denies it to the child (the Landlock guard)",
                     f.display()
                 ),
-            ))
+            )
         } else {
-            Err(format!(
+            Finding::no(format!(
                 "{}: a child of this uid can read it; no Landlock here to deny it",
                 f.display()
             ))
@@ -522,8 +542,8 @@ fn reach_checks(euid: u32, admin: bool, landlock_abi: Option<i64>) -> Vec<Check>
         out.push(check("reach_ledger_credentials", r));
     }
     let signals = match landlock_abi {
-        Some(abi) if abi >= 6 => Ok(("landlock_scope".to_string(), format!("with any isolation option Landlock (ABI {abi}) scopes the child's signals to its own processes; --pid-namespace or --as-user another uid also keep the runner out of its reach; without isolation a child of this uid may SIGSTOP the runner"))),
-        _ => Ok(("pid_namespace_or_uid".to_string(), "only --pid-namespace or --as-user another uid keep the runner's signals out of the child's reach (no Landlock signal scope, ABI 6, here)".to_string())),
+        Some(abi) if abi >= 6 => Finding::yes("landlock_scope".to_string(), format!("with any isolation option Landlock (ABI {abi}) scopes the child's signals to its own processes; --pid-namespace or --as-user another uid also keep the runner out of its reach; without isolation a child of this uid may SIGSTOP the runner")),
+        _ => Finding::yes("pid_namespace_or_uid".to_string(), "only --pid-namespace or --as-user another uid keep the runner's signals out of the child's reach (no Landlock signal scope, ABI 6, here)".to_string()),
     };
     out.push(check("reach_runner_signals", signals));
     out
@@ -562,38 +582,67 @@ pub fn render_text(r: &Report) -> String {
 /// connection with the libpq environment succeeds and the schema is one
 /// this release reads. Nothing is written.
 pub fn ledger_check(l: &str) -> Check {
-    check("ledger", ledger_usable(l))
+    check("ledger", Finding::of(ledger_usable(l)))
 }
 
-fn ledger_usable(l: &str) -> Result<(String, String), String> {
+/// Why this uid cannot use a ledger (`doctor --ledger`): each names the
+/// path and, for a permission error, who owns what and the fix.
+#[derive(Debug, thiserror::Error)]
+enum LedgerUnusable {
+    #[error(transparent)]
+    Spec(#[from] crate::ledger::LedgerSpecError),
+    #[error("{}: {source}{hint}", .path.display())]
+    Stat {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+        hint: String,
+    },
+    #[error("{} is not a directory", .0.display())]
+    NotADirectory(std::path::PathBuf),
+    #[error("uid {euid} cannot use {}{hint}", .path.display())]
+    Denied {
+        euid: u32,
+        path: std::path::PathBuf,
+        hint: String,
+    },
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger::LedgerError),
+    /// A journal of the ledger that does not read: its label and why.
+    #[error("{label}: {why}")]
+    Chain {
+        label: String,
+        why: crate::ledger::BrokenChain,
+    },
+}
+
+fn ledger_usable(l: &str) -> Result<(String, String), LedgerUnusable> {
     use crate::ledger::LedgerSpec;
     use nix::unistd::{faccessat, AccessFlags};
     use std::os::unix::fs::MetadataExt;
-    let spec = LedgerSpec::parse(l).map_err(|e| e.to_string())?;
+    let spec = LedgerSpec::parse(l)?;
     let euid = nix::unistd::geteuid().as_raw();
     let led = spec.open();
     match &spec {
         LedgerSpec::Path(dir) => {
             let mut owners = Vec::new();
             for d in [dir.clone(), dir.join("journal")] {
-                let m = std::fs::metadata(&d).map_err(|e| {
-                    format!(
-                        "{}: {e}{}",
-                        d.display(),
-                        crate::os::safe_io::permission_hint(&d, &e)
-                    )
+                let m = std::fs::metadata(&d).map_err(|source| LedgerUnusable::Stat {
+                    hint: crate::os::safe_io::permission_hint(&d, &source),
+                    path: d.clone(),
+                    source,
                 })?;
                 if !m.is_dir() {
-                    return Err(format!("{} is not a directory", d.display()));
+                    return Err(LedgerUnusable::NotADirectory(d));
                 }
                 let need = AccessFlags::X_OK | AccessFlags::W_OK | AccessFlags::R_OK;
                 if faccessat(None, &d, need, nix::fcntl::AtFlags::AT_EACCESS).is_err() {
                     let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
-                    return Err(format!(
-                        "uid {euid} cannot use {}{}",
-                        d.display(),
-                        crate::os::safe_io::permission_hint(&d, &denied)
-                    ));
+                    return Err(LedgerUnusable::Denied {
+                        euid,
+                        hint: crate::os::safe_io::permission_hint(&d, &denied),
+                        path: d,
+                    });
                 }
                 owners.push(format!(
                     "{} uid {} gid {} mode {:04o}",
@@ -603,9 +652,12 @@ fn ledger_usable(l: &str) -> Result<(String, String), String> {
                     m.mode() & 0o7777
                 ));
             }
-            let chains = led.chains().map_err(|e| e.to_string())?;
+            let chains = led.chains()?;
             if let Some((p, Err(e))) = chains.iter().find(|(_, r)| r.is_err()) {
-                return Err(format!("{p}: {e}"));
+                return Err(LedgerUnusable::Chain {
+                    label: p.clone(),
+                    why: e.clone(),
+                });
             }
             Ok((
                 "directory".into(),
@@ -617,7 +669,7 @@ fn ledger_usable(l: &str) -> Result<(String, String), String> {
             ))
         }
         LedgerSpec::Postgres(_) => {
-            let chains = led.chains().map_err(|e| e.to_string())?;
+            let chains = led.chains()?;
             Ok((
                 "postgres".into(),
                 format!(
@@ -627,5 +679,54 @@ fn ledger_usable(l: &str) -> Result<(String, String), String> {
                 ),
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finding_is_a_row_available_with_its_mechanism_or_not_with_why() {
+        let yes = check(
+            "x",
+            Finding::of(Ok::<_, std::io::Error>(("m".into(), "how".into()))),
+        );
+        assert!(yes.available);
+        assert_eq!(yes.mechanism.as_deref(), Some("m"));
+        assert_eq!(yes.detail, "how");
+        let no = check(
+            "x",
+            Finding::of(Err::<(String, String), _>(
+                std::io::Error::from_raw_os_error(libc::EPERM),
+            )),
+        );
+        assert!(!no.available);
+        assert_eq!(no.mechanism, None);
+        assert_eq!(no.detail, "Operation not permitted (os error 1)");
+    }
+
+    /// `doctor --ledger` names the path and what is wrong with it.
+    #[test]
+    fn a_ledger_that_is_no_directory_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("plain");
+        std::fs::write(&file, b"").unwrap();
+        let c = ledger_check(file.to_str().unwrap());
+        assert!(!c.available);
+        assert_eq!(c.detail, format!("{} is not a directory", file.display()));
+        let missing = dir.path().join("missing");
+        let c = ledger_check(missing.to_str().unwrap());
+        assert!(!c.available);
+        assert!(
+            c.detail.starts_with(&format!(
+                "{}: No such file or directory (os error 2)",
+                missing.display()
+            )),
+            "{}",
+            c.detail
+        );
+        let c = ledger_check("");
+        assert_eq!(c.detail, "--ledger: empty path");
     }
 }

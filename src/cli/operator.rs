@@ -24,8 +24,8 @@ pub enum CommandError {
     #[error(transparent)]
     Ledger(#[from] crate::ledger::LedgerError),
     /// A chain of the ledger that does not read (its own words).
-    #[error("{0}")]
-    Chain(String),
+    #[error(transparent)]
+    Chain(crate::ledger::BrokenChain),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
     #[error(transparent)]

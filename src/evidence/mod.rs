@@ -1,8 +1,10 @@
 //! What a run proves and how it is checked: the in-toto statement and its
-//! DSSE envelope, ed25519 keys, `verify` against a Goal, the human views,
-//! and the one escaping of untrusted strings every view uses.
+//! DSSE envelope, ed25519 keys, the products' digests, `verify` against a
+//! Goal, the human views, and the one escaping of untrusted strings every
+//! view uses.
 
 pub mod escape;
+pub mod products;
 pub mod receipt;
 pub mod sign;
 pub mod verify;

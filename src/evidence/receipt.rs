@@ -7,36 +7,31 @@ use std::path::Path;
 use ed25519_dalek::SigningKey;
 
 use crate::evidence::sign;
-use crate::gate::identity;
 use crate::model::{
-    parse_json, Envelope, Product, ReceiptBody, Statement, StreamRecord, Subject,
-    DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE,
+    parse_json, Envelope, Product, ReceiptBody, Statement, Subject, DSSE_PAYLOAD_TYPE,
+    PREDICATE_TYPE, STATEMENT_TYPE,
 };
-use crate::process::capture::StreamCapture;
-
-pub fn empty_stream() -> StreamRecord {
-    StreamCapture::new(0).finish(true)
-}
-
 /// Hash every product path after the process ended. A path that is not a
 /// regular file (or escapes the workspace through a symlink) is `missing`.
 pub fn products(workspace: &Path, paths: &[String]) -> Vec<Product> {
     paths
         .iter()
-        .map(|rel| match identity::hash_workspace_file(workspace, rel) {
-            Some((size, sha256)) => Product {
-                path: rel.clone(),
-                exists: true,
-                size: Some(size),
-                sha256: Some(sha256),
+        .map(
+            |rel| match crate::evidence::products::hash_workspace_file(workspace, rel) {
+                Some((size, sha256)) => Product {
+                    path: rel.clone(),
+                    exists: true,
+                    size: Some(size),
+                    sha256: Some(sha256),
+                },
+                None => Product {
+                    path: rel.clone(),
+                    exists: false,
+                    size: None,
+                    sha256: None,
+                },
             },
-            None => Product {
-                path: rel.clone(),
-                exists: false,
-                size: None,
-                sha256: None,
-            },
-        })
+        )
         .collect()
 }
 

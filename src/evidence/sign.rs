@@ -200,9 +200,21 @@ pub fn b64_decode(s: &str) -> Option<Vec<u8>> {
         .ok()
 }
 
+/// Why an envelope does not authenticate under the trusted key: the
+/// `authentic:` line of a `NOT_VERIFIED` verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("payload is not valid base64")]
+    Base64,
+    #[error("envelope carries no signature")]
+    Unsigned,
+    #[error("no signature verifies under the trusted key")]
+    NoValidSignature,
+}
+
 /// The payload of `env` if at least one signature verifies under `key`.
-pub fn verify_envelope(env: &Envelope, key: &VerifyingKey) -> Result<Vec<u8>, String> {
-    let payload = b64_decode(&env.payload).ok_or("payload is not valid base64")?;
+pub fn verify_envelope(env: &Envelope, key: &VerifyingKey) -> Result<Vec<u8>, EnvelopeError> {
+    let payload = b64_decode(&env.payload).ok_or(EnvelopeError::Base64)?;
     let message = pae(&env.payload_type, &payload);
     for s in &env.signatures {
         let Some(raw) = b64_decode(&s.sig) else {
@@ -216,9 +228,9 @@ pub fn verify_envelope(env: &Envelope, key: &VerifyingKey) -> Result<Vec<u8>, St
         }
     }
     if env.signatures.is_empty() {
-        Err("envelope carries no signature".into())
+        Err(EnvelopeError::Unsigned)
     } else {
-        Err("no signature verifies under the trusted key".into())
+        Err(EnvelopeError::NoValidSignature)
     }
 }
 
@@ -295,8 +307,33 @@ mod tests {
         );
         let mut bad = env.clone();
         bad.payload_type = "u".into();
-        assert!(verify_envelope(&bad, &k.verifying_key()).is_err());
+        assert_eq!(
+            verify_envelope(&bad, &k.verifying_key()),
+            Err(EnvelopeError::NoValidSignature)
+        );
         let other = SigningKey::from_bytes(&[8u8; 32]);
-        assert!(verify_envelope(&env, &other.verifying_key()).is_err());
+        assert_eq!(
+            verify_envelope(&env, &other.verifying_key()),
+            Err(EnvelopeError::NoValidSignature)
+        );
+    }
+
+    /// The words of each refusal are the `authentic:` line `verify` prints.
+    #[test]
+    fn envelope_refusals_keep_their_words() {
+        let k = SigningKey::from_bytes(&[7u8; 32]);
+        let mut unsigned = sign_envelope(Some(&k), "t", b"{}");
+        unsigned.signatures.clear();
+        let e = verify_envelope(&unsigned, &k.verifying_key()).unwrap_err();
+        assert_eq!(e, EnvelopeError::Unsigned);
+        assert_eq!(e.to_string(), "envelope carries no signature");
+        let mut garbled = sign_envelope(Some(&k), "t", b"{}");
+        garbled.payload = "!!".into();
+        let e = verify_envelope(&garbled, &k.verifying_key()).unwrap_err();
+        assert_eq!(e.to_string(), "payload is not valid base64");
+        assert_eq!(
+            EnvelopeError::NoValidSignature.to_string(),
+            "no signature verifies under the trusted key"
+        );
     }
 }

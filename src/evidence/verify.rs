@@ -11,10 +11,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::evidence::products;
 use crate::evidence::sign;
-use crate::gate::identity;
-use crate::ledger::journal::Event;
 use crate::model::goal::{self, LoadedGoal, ResourceBounds};
+use crate::model::record::Event;
 use crate::model::{
     parse_json, units, CleanupState, Criterion, NetDecision, OutcomeClass, ParseError, ReceiptBody,
     Statement, DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, RECEIPT_SCHEMA, STATEMENT_TYPE,
@@ -637,7 +637,7 @@ fn check_file(
     // One streaming pass hashes the file and searches it: memory stays
     // bounded whatever its size, and the search covers exactly the bytes
     // whose digest is compared with the receipt.
-    let disk = identity::read_workspace_file(ws, path, contains.map(str::as_bytes));
+    let disk = products::read_workspace_file(ws, path, contains.map(str::as_bytes));
     if !must_exist {
         // "Must not exist" means nothing at all at that path: a directory,
         // a FIFO or a symlink (dangling or leading out of the workspace)

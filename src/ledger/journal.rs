@@ -25,7 +25,11 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::model::digest::sha256_hex;
-use crate::model::{CleanupState, DirIdentity, ExecutableIdentity, GoalRef, OutcomeClass, Reason};
+use crate::model::OutcomeClass;
+
+/// The journal's line, a file shape of its own (`model::record`); named
+/// here too, where every ledger reads and writes it.
+pub use crate::model::record::{Classification, Event, Record};
 
 pub const JOURNAL_VERSION: u32 = 1;
 /// Version of the checkpoint. 2: a `result` whose class is `unknown` keeps
@@ -61,71 +65,6 @@ pub enum JournalError {
         line: usize,
         detail: String,
     },
-}
-
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Classification {
-    Success,
-    Failed,
-    Stop,
-}
-
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Event {
-    /// Written and fsync'd before fork; spends one use of the lease.
-    Executing {
-        attempt_id: String,
-        lease_id: String,
-        lease_fingerprint: String,
-        goal: GoalRef,
-        use_number: u64,
-        max_uses: u64,
-        runner_pid: u32,
-        executable: Box<ExecutableIdentity>,
-        cwd: Box<DirIdentity>,
-    },
-    /// Written after the process tree is reaped and the receipt is built.
-    Result {
-        attempt_id: String,
-        outcome: OutcomeClass,
-        reason: Option<Reason>,
-        exit_code: Option<i32>,
-        signal: Option<i32>,
-        cleanup: CleanupState,
-        receipt_sha256: String,
-    },
-    /// A person's classification of an `unknown` attempt. Never evidence.
-    Resolution {
-        attempt_id: String,
-        classification: Classification,
-        by: String,
-        note: Option<String>,
-    },
-    Revocation {
-        lease_id: String,
-        by: String,
-    },
-    /// A run refused before anything was spent.
-    Refusal {
-        lease_id: Option<String>,
-        reason: Reason,
-        message: String,
-    },
-}
-
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct Record {
-    pub v: u32,
-    pub seq: u64,
-    pub prev: String,
-    pub at: String,
-    pub event: Event,
 }
 
 /// A parsed record and the SHA-256 of its line.
@@ -1357,6 +1296,7 @@ fn summary_difference(derived: &Summary, claimed: &Summary) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::model::{CleanupState, DirIdentity, GoalRef};
 
     /// An `executing` record of `attempt` (lease `lease`, Goal `goal`) for
     /// tests of what the journal and the ledger derive from records.

@@ -8,7 +8,7 @@ use crate::ledger::journal::{self, AttemptLock, Committed, Event, Journal, Journ
 
 use crate::os::wait::WaitEnd;
 
-use super::{AttemptHold, Chain, GoalSession, Ledger, LedgerError};
+use super::{AttemptHold, BrokenChain, Chain, GoalSession, Ledger, LedgerError};
 
 pub struct LocalLedger {
     dir: PathBuf,
@@ -132,7 +132,7 @@ impl Ledger for LocalLedger {
                         })?;
                     journal::parse_chain(&path, &bytes)
                 })
-                .map_err(|e| e.to_string());
+                .map_err(|e| BrokenChain(e.to_string()));
             out.push((path.display().to_string(), r));
         }
         Ok(out)

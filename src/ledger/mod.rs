@@ -50,7 +50,21 @@ pub enum LedgerError {
 }
 
 /// One Goal's chain: a label, and its records or what breaks it.
-pub type Chain = (String, Result<Vec<Entry>, String>);
+pub type Chain = (String, Result<Vec<Entry>, BrokenChain>);
+
+/// What breaks one Goal's chain, in the ledger's own words (a journal's
+/// parse or read error, a PostgreSQL chain's check). A caller that needs
+/// every record counts it as corrupt ([`all_entries`]); `journal verify`
+/// and `doctor --ledger` print it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BrokenChain(pub String);
+
+impl From<BrokenChain> for LedgerError {
+    fn from(b: BrokenChain) -> LedgerError {
+        LedgerError::Corrupt(b.0)
+    }
+}
 
 /// Why a `--ledger` (or a lease's `ledger`) names no ledger this binary
 /// can use: `invalid_input` in `run`, a usage error elsewhere.
@@ -230,7 +244,7 @@ pub fn open_attempts(s: &dyn GoalSession) -> Vec<AttemptSummary> {
 pub fn all_entries(l: &dyn Ledger) -> Result<Vec<Entry>, LedgerError> {
     let mut out = Vec::new();
     for (_, r) in l.chains()? {
-        out.extend(r.map_err(LedgerError::Corrupt)?);
+        out.extend(r?);
     }
     Ok(out)
 }

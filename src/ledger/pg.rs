@@ -38,7 +38,7 @@ use crate::ledger::journal::{
 };
 use crate::model::digest::sha256_hex;
 
-use super::{AttemptHold, Chain, GoalSession, Ledger, LedgerError};
+use super::{AttemptHold, BrokenChain, Chain, GoalSession, Ledger, LedgerError};
 
 /// The schema version this binary writes and reads.
 pub const SCHEMA_VERSION: &str = "1";
@@ -454,7 +454,7 @@ impl Ledger for PgLedger {
             let label = format!("{} goal {id:?}", self.target);
             match self.read_chain(&mut c, &id) {
                 Ok((_, _, e)) => out.push((label, Ok(e))),
-                Err(LedgerError::Corrupt(m)) => out.push((label, Err(m))),
+                Err(LedgerError::Corrupt(m)) => out.push((label, Err(BrokenChain(m)))),
                 Err(e) => return Err(e),
             }
         }

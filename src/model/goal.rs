@@ -289,6 +289,92 @@ mod tests {
         assert_eq!(MAX_GOAL_BYTES, 1 << 20, "the documented 1 MiB");
     }
 
+    /// A `resources` criterion bounds something: any one of its three
+    /// bounds is enough, none at all is refused (it would be met by any
+    /// run). Each bound is read in its own unit, and a bad one is named.
+    #[test]
+    fn a_resources_criterion_needs_at_least_one_bound() {
+        use crate::model::units::MIB;
+        let none = ResourceBounds::parse(None, None, None);
+        assert!(matches!(none, Err(BoundsError::Empty)), "{none:?}");
+        let one = |m, c, w| ResourceBounds::parse(m, c, w).ok();
+        let bounds = |peak_memory_bytes, cpu_time_ms, wall_time_ms| {
+            Some(ResourceBounds {
+                peak_memory_bytes,
+                cpu_time_ms,
+                wall_time_ms,
+            })
+        };
+        // Each bound alone.
+        assert_eq!(
+            one(Some("2 MiB"), None, None),
+            bounds(Some(2 * MIB), None, None)
+        );
+        assert_eq!(
+            one(None, Some("90s"), None),
+            bounds(None, Some(90_000), None)
+        );
+        assert_eq!(
+            one(None, None, Some("1500ms")),
+            bounds(None, None, Some(1_500))
+        );
+        // Any two, and all three.
+        assert_eq!(
+            one(Some("1KiB"), Some("1m"), None),
+            bounds(Some(1024), Some(60_000), None)
+        );
+        assert_eq!(
+            one(None, Some("1s"), Some("2h")),
+            bounds(None, Some(1_000), Some(7_200_000))
+        );
+        assert_eq!(
+            one(Some("0"), Some("0s"), Some("0s")),
+            bounds(Some(0), Some(0), Some(0)),
+            "a zero bound is a bound"
+        );
+        // A bound that does not read names its field, even beside good ones.
+        for (m, c, w, field) in [
+            (Some("lots"), Some("1s"), None, "peak_memory_at_most"),
+            (None, Some("soon"), Some("1s"), "cpu_time_at_most"),
+            (Some("1"), None, Some("-1s"), "wall_time_at_most"),
+        ] {
+            match ResourceBounds::parse(m, c, w) {
+                Err(BoundsError::Field { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            BoundsError::Empty.to_string(),
+            "needs at least one of `peak_memory_at_most`, `cpu_time_at_most`, `wall_time_at_most`"
+        );
+        // The goal file refuses an empty criterion with the same words.
+        let e = goal_with(r#"{"kind":"resources"}"#)
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("goal.json: resources criterion: needs at least one of `peak_memory_at_most`, `cpu_time_at_most`, `wall_time_at_most`")
+        );
+        assert!(goal_with(r#"{"kind":"resources","wall_time_at_most":"10m"}"#).is_ok());
+    }
+
+    /// The products a run hashes are the goal's `file` criteria's paths:
+    /// every one, in the goal's order, each once, and nothing else.
+    #[test]
+    fn product_paths_are_the_file_criteria_in_order_once() {
+        let g = goal_with(
+            r#"{"kind":"file","path":"out/b","exists":true},
+               {"kind":"exit_code","equals":0},
+               {"kind":"file","path":"a","contains":"x"},
+               {"kind":"file","path":"out/b","sha256":"0000000000000000000000000000000000000000000000000000000000000000"},
+               {"kind":"resources","cpu_time_at_most":"1s"}"#,
+        )
+        .unwrap();
+        assert_eq!(g.product_paths(), ["out/b", "a"]);
+        let none = goal_with(r#"{"kind":"exit_code","equals":0}"#).unwrap();
+        assert!(none.product_paths().is_empty());
+    }
+
     #[test]
     fn a_goal_needs_its_schema_an_id_and_a_criterion() {
         let ok = br#"{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{"kind":"exit_code","equals":0}]}"#;

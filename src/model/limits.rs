@@ -82,6 +82,108 @@ mod tests {
         assert!(parse_size("-1").is_err());
     }
 
+    /// The tiers are the README's table, cell for cell: a default that
+    /// changes here changes what people were told, so both change together.
+    #[test]
+    fn the_tiers_are_the_readme_table() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+            .expect("README.md");
+        // The table under its header, up to the first line that is no row.
+        let table: Vec<&str> = readme
+            .lines()
+            .skip_while(|l| !l.starts_with("| limit (flag) | `short` | `standard` | `long` |"))
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        assert!(table.len() > 2, "the README's tier table is gone");
+        // The row whose first cell names `flag`: its short, standard and
+        // long cells.
+        let row = |flag: &str| -> [String; 3] {
+            let line = table
+                .iter()
+                .find(|l| l.contains(&format!("(`{flag}`)")))
+                .unwrap_or_else(|| panic!("no README row for {flag}"));
+            let cells: Vec<String> = line
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+                .collect();
+            assert_eq!(cells.len(), 4, "{line}");
+            [cells[1].clone(), cells[2].clone(), cells[3].clone()]
+        };
+        let ms = |s: &str| parse_duration(s).expect(s).as_millis() as u64;
+        let size = |s: &str| parse_size(s).expect(s);
+        let num = |s: &str| s.parse::<u64>().expect(s);
+        for (i, p) in [Profile::Short, Profile::Standard, Profile::Long]
+            .into_iter()
+            .enumerate()
+        {
+            let t = tier(p);
+            let cell = |flag: &str| row(flag)[i].clone();
+            assert_eq!(t.wall_time_ms, ms(&cell("--wall-time")), "{p} wall time");
+            assert_eq!(t.kill_grace_ms, ms(&cell("--kill-grace")), "{p} kill grace");
+            assert_eq!(
+                t.cancel_grace_ms,
+                ms(&cell("--cancel-grace")),
+                "{p} cancel grace"
+            );
+            assert_eq!(t.cpu_time_s * 1000, ms(&cell("--cpu-time")), "{p} cpu");
+            assert_eq!(t.memory_bytes, size(&cell("--memory")), "{p} memory");
+            assert_eq!(
+                t.max_processes,
+                MaxProcesses::Limit(num(&cell("--max-processes"))),
+                "{p} processes"
+            );
+            assert_eq!(
+                t.max_open_files,
+                num(&cell("--max-open-files")),
+                "{p} open files"
+            );
+            assert_eq!(
+                t.max_file_size_bytes,
+                size(&cell("--max-file-size")),
+                "{p} file size"
+            );
+            assert_eq!(
+                t.keep_output_bytes,
+                size(&cell("--keep-output")),
+                "{p} kept output"
+            );
+            assert_eq!(
+                t.output_cap_bytes,
+                size(&cell("--output-cap")),
+                "{p} output cap"
+            );
+        }
+    }
+
+    /// `--max-processes` takes 1 and up (0 would let nothing run) or the
+    /// explicit waiver; anything else is refused, naming what was given.
+    #[test]
+    fn max_processes_edges() {
+        assert_eq!(parse_max_processes("1").ok(), Some(MaxProcesses::Limit(1)));
+        assert_eq!(
+            parse_max_processes(&u64::MAX.to_string()).ok(),
+            Some(MaxProcesses::Limit(u64::MAX))
+        );
+        for bad in [
+            "",
+            "-1",
+            "18446744073709551616",
+            " 64",
+            "64 ",
+            "1e3",
+            "none",
+        ] {
+            let e = parse_max_processes(bad).err().map(|e| e.to_string());
+            assert_eq!(
+                e,
+                Some(format!(
+                    "invalid process limit {bad:?}: expected a number greater than zero or `unlimited`"
+                ))
+            );
+        }
+    }
+
     #[test]
     fn max_processes() {
         assert_eq!(

@@ -9,6 +9,7 @@ pub mod digest;
 pub mod exit_code;
 pub mod goal;
 pub mod limits;
+pub mod record;
 #[cfg(feature = "schema")]
 pub mod schema;
 pub mod units;

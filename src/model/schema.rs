@@ -5,8 +5,8 @@
 
 use schemars::schema_for;
 
-use crate::ledger::journal::Record;
 use crate::model::approvals::ApprovalsFile;
+use crate::model::record::Record;
 use crate::model::{Goal, Lease, Manifest, ReceiptBody, Request, Statement};
 
 /// (file name, pretty JSON) of every published schema.

@@ -1806,7 +1806,7 @@ impl SocketFilter {
     /// and that it does what it says: an `AF_INET` socket is refused and an
     /// `AF_UNIX` one is not. Run before the use is spent, so a kernel that
     /// cannot enforce it is a refusal, never a failed spawn.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), FilterCheckError> {
         let prog = libc::sock_fprog {
             len: self.prog.len() as libc::c_ushort,
             filter: self.prog.as_ptr() as *mut libc::sock_filter,
@@ -1815,7 +1815,7 @@ impl SocketFilter {
         // on stack values and memory prepared before the fork, then _exit.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
-            return Err(format!("fork: {}", io::Error::last_os_error()));
+            return Err(FilterCheckError::Fork(io::Error::last_os_error()));
         }
         if pid == 0 {
             // SAFETY: the child of fork, see above.
@@ -1836,24 +1836,34 @@ impl SocketFilter {
         }
         match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
             Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
-            Ok(nix::sys::wait::WaitStatus::Exited(_, 10)) => {
-                Err("prctl(PR_SET_NO_NEW_PRIVS) failed".into())
-            }
-            Ok(nix::sys::wait::WaitStatus::Exited(_, c)) if (11..=111).contains(&c) => {
-                Err(format!(
-                    "seccomp(SECCOMP_SET_MODE_FILTER): {}",
-                    io::Error::from_raw_os_error(c - 11)
-                ))
-            }
-            Ok(nix::sys::wait::WaitStatus::Exited(_, 120)) => {
-                Err("the filter did not refuse an AF_INET socket".into())
-            }
-            Ok(nix::sys::wait::WaitStatus::Exited(_, 121)) => {
-                Err("the filter refused an AF_UNIX socket".into())
-            }
-            other => Err(format!("the probe child ended unexpectedly: {other:?}")),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 10)) => Err(FilterCheckError::NoNewPrivs),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, c)) if (11..=111).contains(&c) => Err(
+                FilterCheckError::Install(io::Error::from_raw_os_error(c - 11)),
+            ),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 120)) => Err(FilterCheckError::InetAllowed),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 121)) => Err(FilterCheckError::UnixRefused),
+            other => Err(FilterCheckError::Ended(other)),
         }
     }
+}
+
+/// Why the seccomp socket filter cannot be used here, as its probe child
+/// found: the `seccomp:` cause of `--no-network`'s `isolation::Unavailable`
+/// and doctor's `seccomp` row.
+#[derive(Debug, thiserror::Error)]
+pub enum FilterCheckError {
+    #[error("fork: {0}")]
+    Fork(#[source] io::Error),
+    #[error("prctl(PR_SET_NO_NEW_PRIVS) failed")]
+    NoNewPrivs,
+    #[error("seccomp(SECCOMP_SET_MODE_FILTER): {0}")]
+    Install(#[source] io::Error),
+    #[error("the filter did not refuse an AF_INET socket")]
+    InetAllowed,
+    #[error("the filter refused an AF_UNIX socket")]
+    UnixRefused,
+    #[error("the probe child ended unexpectedly: {0:?}")]
+    Ended(nix::Result<nix::sys::wait::WaitStatus>),
 }
 
 /// Whether this process is single-threaded (`Threads:` in its status).
@@ -1868,28 +1878,47 @@ pub fn single_threaded() -> bool {
         .unwrap_or(false)
 }
 
-/// Run `probe` in a forked child and return the line it produced. Used by
-/// `doctor` to try what `run` would do (enter namespaces, …) without
-/// changing itself. Refused unless this process is single-threaded, which
-/// is what makes ordinary code (allocation included) safe after `fork`.
-pub fn probe_in_child(probe: impl FnOnce() -> Result<String, String>) -> Result<String, String> {
+/// Why a probe child gave no answer, or the probe's own error in the words
+/// it wrote back (text: it crossed a pipe).
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("internal: probe_in_child needs a single-threaded process")]
+    Threaded,
+    #[error("pipe: {0}")]
+    Pipe(#[source] nix::errno::Errno),
+    #[error("fork: {0}")]
+    Fork(#[source] io::Error),
+    /// The probe failed; its error as the child wrote it.
+    #[error("{0}")]
+    Failed(String),
+    #[error("the probe child ended unexpectedly: {0:?}")]
+    Ended(nix::Result<nix::sys::wait::WaitStatus>),
+}
+
+/// Run `probe` in a forked child and return the line it produced (or, when
+/// it fails, its error's text). Used by `doctor` to try what `run` would do
+/// (enter namespaces, …) without changing itself. Refused unless this
+/// process is single-threaded, which is what makes ordinary code
+/// (allocation included) safe after `fork`.
+pub fn probe_in_child<E: std::fmt::Display>(
+    probe: impl FnOnce() -> Result<String, E>,
+) -> Result<String, ProbeError> {
     if !single_threaded() {
-        return Err("internal: probe_in_child needs a single-threaded process".into());
+        return Err(ProbeError::Threaded);
     }
-    let (r, w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(ProbeError::Pipe)?;
     // SAFETY: this process is single-threaded (checked above), so the child
     // is a complete copy with no lock held by a vanished thread; it runs
     // `probe`, writes one line and `_exit`s without running destructors.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(format!("fork: {}", io::Error::last_os_error()));
+        return Err(ProbeError::Fork(io::Error::last_os_error()));
     }
     if pid == 0 {
         drop(r);
         let (code, line) = match probe() {
             Ok(l) => (0, l),
-            Err(l) => (1, l),
+            Err(e) => (1, e.to_string()),
         };
         let _ = nix::unistd::write(&w, line.as_bytes());
         // SAFETY: leave the child without unwinding or atexit handlers.
@@ -1907,8 +1936,56 @@ pub fn probe_in_child(probe: impl FnOnce() -> Result<String, String>) -> Result<
     let line = String::from_utf8_lossy(&buf).to_string();
     match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
         Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(line),
-        Ok(nix::sys::wait::WaitStatus::Exited(_, _)) => Err(line),
-        other => Err(format!("the probe child ended unexpectedly: {other:?}")),
+        Ok(nix::sys::wait::WaitStatus::Exited(_, _)) => Err(ProbeError::Failed(line)),
+        other => Err(ProbeError::Ended(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seccomp probe's findings read as `doctor` and the
+    /// `isolation_unavailable` refusal have always printed them.
+    #[test]
+    fn filter_check_errors_read_as_before() {
+        assert_eq!(
+            FilterCheckError::Install(io::Error::from_raw_os_error(libc::EINVAL)).to_string(),
+            "seccomp(SECCOMP_SET_MODE_FILTER): Invalid argument (os error 22)"
+        );
+        assert_eq!(
+            FilterCheckError::NoNewPrivs.to_string(),
+            "prctl(PR_SET_NO_NEW_PRIVS) failed"
+        );
+        assert_eq!(
+            FilterCheckError::InetAllowed.to_string(),
+            "the filter did not refuse an AF_INET socket"
+        );
+        assert_eq!(
+            FilterCheckError::UnixRefused.to_string(),
+            "the filter refused an AF_UNIX socket"
+        );
+        let ended = nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(7), 3);
+        assert_eq!(
+            FilterCheckError::Ended(Ok(ended)).to_string(),
+            "the probe child ended unexpectedly: Ok(Exited(Pid(7), 3))"
+        );
+    }
+
+    /// The test harness runs tests on threads: a probe is refused before
+    /// anything is forked, in the words doctor prints.
+    #[test]
+    fn a_probe_needs_a_single_threaded_process() {
+        let spawned =
+            std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(200)));
+        let r = probe_in_child(|| Ok::<_, ProbeError>("never".to_string()));
+        let _ = spawned.join();
+        let e = r.unwrap_err();
+        assert!(matches!(e, ProbeError::Threaded));
+        assert_eq!(
+            e.to_string(),
+            "internal: probe_in_child needs a single-threaded process"
+        );
     }
 }
 

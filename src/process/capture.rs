@@ -83,6 +83,12 @@ impl StreamCapture {
     }
 }
 
+/// The record of a stream nothing was written to, complete: a refusal's
+/// receipt, where no program ran.
+pub fn empty_record() -> StreamRecord {
+    StreamCapture::new(0).finish(true)
+}
+
 /// Untrusted bytes to printable text: invalid UTF-8 and every control or
 /// bidi-formatting character other than `\n` and `\t` become U+FFFD.
 pub fn project_text(bytes: &[u8]) -> String {

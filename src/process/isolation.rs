@@ -200,24 +200,41 @@ pub struct Namespaces {
 
 const CAP_SYS_ADMIN: u32 = 21;
 
+/// Why no user namespace could be entered: one cause of an
+/// [`Unavailable`] ("no user namespace: …"), and doctor's `user_namespace`
+/// row.
+#[derive(Debug, thiserror::Error)]
+pub enum UserNamespaceError {
+    #[error("unshare(CLONE_NEWUSER): {0}")]
+    Unshare(#[source] nix::errno::Errno),
+    #[error("PR_SET_DUMPABLE: {0}")]
+    Dumpable(#[source] std::io::Error),
+    #[error("writing {file}: {source}")]
+    Map {
+        file: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Enter a new user namespace in which this process keeps its own uid and
 /// gid (mapped to themselves) and holds the capabilities needed to create
 /// network and PID namespaces. Needs a single-threaded process.
-pub fn enter_user_namespace() -> Result<(), String> {
+pub fn enter_user_namespace() -> Result<(), UserNamespaceError> {
     let (uid, gid) = (geteuid().as_raw(), getegid().as_raw());
     let was_dumpable = sys::is_dumpable();
-    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))?;
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(UserNamespaceError::Unshare)?;
     // The runner is non-dumpable (its /proc/self files then belong to root);
     // it must own them to write its maps. No child exists yet.
-    sys::set_dumpable().map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
-    let write = |file: &str, text: String| {
-        std::fs::write(file, text).map_err(|e| format!("writing {file}: {e}"))
+    sys::set_dumpable().map_err(UserNamespaceError::Dumpable)?;
+    let write = |file: &'static str, text: String| {
+        std::fs::write(file, text).map_err(|source| UserNamespaceError::Map { file, source })
     };
     let maps = write("/proc/self/setgroups", "deny".into())
         .and_then(|()| write("/proc/self/uid_map", format!("{uid} {uid} 1")))
         .and_then(|()| write("/proc/self/gid_map", format!("{gid} {gid} 1")));
     if !was_dumpable {
-        sys::set_non_dumpable().map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
+        sys::set_non_dumpable().map_err(UserNamespaceError::Dumpable)?;
     }
     maps
 }
@@ -298,7 +315,7 @@ pub fn enter_namespaces(
         if out.net.is_none() {
             let filter = sys::SocketFilter::no_network()
                 .ok_or_else(|| "no seccomp socket filter for this architecture".to_string())
-                .and_then(|f| f.check().map(|()| f));
+                .and_then(|f| f.check().map(|()| f).map_err(|e| e.to_string()));
             match filter {
                 Ok(f) => {
                     out.net = Some(NetMechanism::Seccomp);
@@ -581,7 +598,7 @@ fn guard(
             AccessFs::from_all(ABI::from(abi as i32)).bits(),
             Some(Cover::Holds(how)),
         ),
-        Err(why) => (None, 0, Some(Cover::Fails(why))),
+        Err(why) => (None, 0, Some(Cover::Fails(why.to_string()))),
     }
 }
 
@@ -860,7 +877,7 @@ fn guard_ruleset(
     root_child: bool,
     seccomp_network: bool,
     mounts: &[reach::Mount],
-) -> Result<(OwnedFd, String), String> {
+) -> Result<(OwnedFd, String), LandlockError> {
     let key_paths = guard_key_paths(protect, root_child, mounts)?;
     let protected = guard_protected(&key_paths, writable, protect, mounts)?;
     let ancestors: std::collections::HashSet<PathBuf> = protected
@@ -871,12 +888,9 @@ fn guard_ruleset(
     let all = AccessFs::from_all(abi_v);
     let created = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(all)
-        .map_err(|e| e.to_string())?
-        .scope(guard_scopes(abi, seccomp_network))
-        .map_err(|e| e.to_string())?
-        .create()
-        .map_err(|e| e.to_string())?;
+        .handle_access(all)?
+        .scope(guard_scopes(abi, seccomp_network))?
+        .create()?;
     let guarded = Guarded {
         writable,
         protected: &protected,
@@ -885,7 +899,7 @@ fn guard_ruleset(
     };
     let (created, rules, unlisted) = guard_walk(created, &guarded)?;
     let fd: Option<OwnedFd> = created.into();
-    let fd = fd.ok_or_else(|| "Landlock ruleset was not created".to_string())?;
+    let fd = fd.ok_or(LandlockError::NotCreated)?;
     Ok((
         fd,
         format!(
@@ -906,23 +920,21 @@ fn guard_key_paths(
     protect: &Protect<'_>,
     root_child: bool,
     mounts: &[reach::Mount],
-) -> Result<Vec<PathBuf>, String> {
-    let key_paths = reach::aliases(protect.key, mounts)
-        .map_err(|e| format!("runner key {}: {e}", protect.key.display()))?;
+) -> Result<Vec<PathBuf>, LandlockError> {
+    let key_paths =
+        reach::aliases(protect.key, mounts).map_err(|source| LandlockError::KeyAliases {
+            key: protect.key.to_path_buf(),
+            source,
+        })?;
     let nlink = std::fs::metadata(protect.key).map_or(0, |m| m.nlink());
     if nlink != 1 {
-        return Err(format!(
-            "the key file has {nlink} hard links; Landlock covers paths, not the inode"
-        ));
+        return Err(LandlockError::KeyHardLinks(nlink));
     }
     // A raw disk this uid can read (group `disk`) holds the key's blocks. (A
     // uid-0 child's devices are its mount namespace's business: a fresh
     // `/dev` without raw disks, or no cover and so no claim at all.)
     if let Some(dev) = (!root_child).then(readable_block_device).flatten() {
-        return Err(format!(
-            "the block device {} is readable by this uid, and the key's blocks with it",
-            dev.display()
-        ));
+        return Err(LandlockError::RawDisk(dev));
     }
     Ok(key_paths)
 }
@@ -935,7 +947,7 @@ fn guard_protected(
     writable: &[PathBuf],
     protect: &Protect<'_>,
     mounts: &[reach::Mount],
-) -> Result<Vec<PathBuf>, String> {
+) -> Result<Vec<PathBuf>, LandlockError> {
     let mut protected = key_paths.to_vec();
     for p in [Some(protect.state_dir), protect.ledger_dir]
         .into_iter()
@@ -951,10 +963,7 @@ fn guard_protected(
             .iter()
             .any(|p| w.starts_with(p) || p.starts_with(w))
         {
-            return Err(format!(
-                "{} and the runner's key or state dir contain one another",
-                w.display()
-            ));
+            return Err(LandlockError::Overlap(w.clone()));
         }
     }
     Ok(protected)
@@ -991,17 +1000,17 @@ struct Guarded<'a> {
 fn guard_walk(
     mut created: landlock::RulesetCreated,
     g: &Guarded<'_>,
-) -> Result<(landlock::RulesetCreated, usize, usize), String> {
+) -> Result<(landlock::RulesetCreated, usize, usize), LandlockError> {
     let (protected, ancestors) = (g.protected, g.ancestors);
     let all = AccessFs::from_all(g.abi);
     let mut rules = 0usize;
     let mut unlisted = 0usize;
     let mut stack = vec![PathBuf::from("/")];
     while let Some(dir) = stack.pop() {
-        let fd = PathFd::new(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let fd = PathFd::new(&dir).map_err(at("", &dir))?;
         created = created
             .add_rule(PathBeneath::new(fd, AccessFs::ReadDir))
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+            .map_err(at("", &dir))?;
         let rd = match std::fs::read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -1012,7 +1021,7 @@ fn guard_walk(
                 rules += n;
                 continue;
             }
-            Err(e) => return Err(format!("{}: {e}", dir.display())),
+            Err(e) => return Err(at("", &dir)(e)),
         };
         for entry in rd.flatten() {
             let p = entry.path();
@@ -1036,7 +1045,7 @@ fn guard_walk(
             let Ok(fd) = PathFd::new(&p) else { continue };
             created = created
                 .add_rule(PathBeneath::new(fd, access))
-                .map_err(|e| format!("{}: {e}", p.display()))?;
+                .map_err(at("", &p))?;
             rules += 1;
         }
     }
@@ -1054,7 +1063,7 @@ fn unlisted_dir_rules(
     dir: &Path,
     g: &Guarded<'_>,
     stack: &mut Vec<PathBuf>,
-) -> Result<(landlock::RulesetCreated, usize), String> {
+) -> Result<(landlock::RulesetCreated, usize), LandlockError> {
     let (writable, protected, ancestors) = (g.writable, g.protected, g.ancestors);
     let all = AccessFs::from_all(g.abi);
     let mut rules = 0usize;
@@ -1082,7 +1091,7 @@ fn unlisted_dir_rules(
         let Ok(fd) = PathFd::new(&p) else { continue };
         created = created
             .add_rule(PathBeneath::new(fd, all))
-            .map_err(|e| format!("{}: {e}", p.display()))?;
+            .map_err(at("", &p))?;
         rules += 1;
     }
     Ok((created, rules))
@@ -1186,19 +1195,17 @@ fn build_ruleset(
     abi: i64,
     writable: &[PathBuf],
     readable: Option<&[PathBuf]>,
-) -> Result<OwnedFd, String> {
+) -> Result<OwnedFd, LandlockError> {
     let abi = ABI::from(abi as i32);
     let all = AccessFs::from_all(abi);
     let read = AccessFs::from_read(abi);
     let mut created = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(all)
-        .map_err(|e| e.to_string())?
-        .create()
-        .map_err(|e| e.to_string())?;
+        .handle_access(all)?
+        .create()?;
     let root = [PathBuf::from("/")];
     for p in readable.unwrap_or(&root) {
-        let fd = PathFd::new(p).map_err(|e| format!("readable path {}: {e}", p.display()))?;
+        let fd = PathFd::new(p).map_err(at("readable path ", p))?;
         let access = if p.is_dir() {
             read
         } else {
@@ -1206,10 +1213,10 @@ fn build_ruleset(
         };
         created = created
             .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| format!("readable path {}: {e}", p.display()))?;
+            .map_err(at("readable path ", p))?;
     }
     for p in writable {
-        let fd = PathFd::new(p).map_err(|e| format!("writable path {}: {e}", p.display()))?;
+        let fd = PathFd::new(p).map_err(at("writable path ", p))?;
         let access = if Path::new(p).is_dir() {
             all
         } else {
@@ -1217,8 +1224,125 @@ fn build_ruleset(
         };
         created = created
             .add_rule(PathBeneath::new(fd, access))
-            .map_err(|e| format!("writable path {}: {e}", p.display()))?;
+            .map_err(at("writable path ", p))?;
     }
     let fd: Option<OwnedFd> = created.into();
-    fd.ok_or_else(|| "Landlock ruleset was not created".to_string())
+    fd.ok_or(LandlockError::NotCreated)
+}
+
+/// Why a Landlock ruleset could not be made: the "why" of an
+/// [`Unavailable`] (`--fs-write`/`--fs-read`: [`build_ruleset`]) or of the
+/// guard's `Cover::Fails` ([`guard_ruleset`]); the reason is chosen by
+/// their callers.
+#[derive(Debug, thiserror::Error)]
+enum LandlockError {
+    #[error(transparent)]
+    Ruleset(#[from] landlock::RulesetError),
+    /// A path the ruleset names: `role` is `readable path `, `writable
+    /// path ` or empty (the guard's walk).
+    #[error("{role}{}: {source}", .path.display())]
+    Path {
+        role: &'static str,
+        path: PathBuf,
+        #[source]
+        source: PathCause,
+    },
+    #[error("Landlock ruleset was not created")]
+    NotCreated,
+    #[error("runner key {}: {source}", .key.display())]
+    KeyAliases {
+        key: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the key file has {0} hard links; Landlock covers paths, not the inode")]
+    KeyHardLinks(u64),
+    #[error("the block device {} is readable by this uid, and the key's blocks with it", .0.display())]
+    RawDisk(PathBuf),
+    #[error("{} and the runner's key or state dir contain one another", .0.display())]
+    Overlap(PathBuf),
+}
+
+/// What failed at one path of a ruleset: opening it, adding its rule, or
+/// listing the directory.
+#[derive(Debug, thiserror::Error)]
+enum PathCause {
+    #[error(transparent)]
+    Open(#[from] landlock::PathFdError),
+    #[error(transparent)]
+    Rule(#[from] landlock::RulesetError),
+    #[error(transparent)]
+    List(#[from] std::io::Error),
+}
+
+/// The error at `path` (`role` names it in the message).
+fn at<'a, E: Into<PathCause>>(
+    role: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(E) -> LandlockError + 'a {
+    move |e| LandlockError::Path {
+        role,
+        path: path.to_path_buf(),
+        source: e.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words of a ruleset that cannot be made are the receipt's and the
+    /// refusal's: `role`, path, then the cause, as they always read.
+    #[test]
+    fn landlock_errors_read_as_before() {
+        let denied = || std::io::Error::from_raw_os_error(libc::EACCES);
+        let walk = at("", Path::new("/srv"))(denied());
+        assert_eq!(walk.to_string(), "/srv: Permission denied (os error 13)");
+        let scope = at("writable path ", Path::new("/w"))(denied());
+        assert_eq!(
+            scope.to_string(),
+            "writable path /w: Permission denied (os error 13)"
+        );
+        assert_eq!(
+            LandlockError::KeyHardLinks(2).to_string(),
+            "the key file has 2 hard links; Landlock covers paths, not the inode"
+        );
+        assert_eq!(
+            LandlockError::RawDisk(PathBuf::from("/dev/sda")).to_string(),
+            "the block device /dev/sda is readable by this uid, and the key's blocks with it"
+        );
+        assert_eq!(
+            LandlockError::Overlap(PathBuf::from("/s")).to_string(),
+            "/s and the runner's key or state dir contain one another"
+        );
+        assert_eq!(
+            LandlockError::KeyAliases {
+                key: PathBuf::from("/k"),
+                source: denied()
+            }
+            .to_string(),
+            "runner key /k: Permission denied (os error 13)"
+        );
+        assert_eq!(
+            LandlockError::NotCreated.to_string(),
+            "Landlock ruleset was not created"
+        );
+    }
+
+    #[test]
+    fn user_namespace_errors_read_as_before() {
+        let e = UserNamespaceError::Unshare(nix::errno::Errno::EPERM);
+        assert_eq!(
+            e.to_string(),
+            "unshare(CLONE_NEWUSER): EPERM: Operation not permitted"
+        );
+        let e = UserNamespaceError::Map {
+            file: "/proc/self/uid_map",
+            source: std::io::Error::from_raw_os_error(libc::EPERM),
+        };
+        assert_eq!(
+            e.to_string(),
+            "writing /proc/self/uid_map: Operation not permitted (os error 1)"
+        );
+    }
 }

@@ -798,13 +798,30 @@ fn dialable_addrs(
     (dialable, refused)
 }
 
+/// Why no address of an allowed entry could be dialled: the last
+/// address's error (the proxy's 502 answer and the `connect_failed`
+/// connection of the receipt).
+#[derive(Debug, thiserror::Error)]
+enum DialError {
+    #[error("{ip}: {source}")]
+    Connect {
+        ip: IpAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// No address at all: never reached, `serve` answers an empty list
+    /// (every address refused) before it dials.
+    #[error("no address to dial")]
+    NoAddress,
+}
+
 /// Dial each address in turn: the first that answers, or the last error.
-fn dial(addrs: &[IpAddr], port: u16) -> Result<(TcpStream, IpAddr), String> {
-    let mut last_err = String::new();
+fn dial(addrs: &[IpAddr], port: u16) -> Result<(TcpStream, IpAddr), DialError> {
+    let mut last_err = DialError::NoAddress;
     for ip in addrs {
         match TcpStream::connect_timeout(&SocketAddr::new(*ip, port), DIAL_TIMEOUT) {
             Ok(u) => return Ok((u, *ip)),
-            Err(e) => last_err = format!("{ip}: {e}"),
+            Err(source) => last_err = DialError::Connect { ip: *ip, source },
         }
     }
     Err(last_err)

@@ -17,6 +17,7 @@ use crate::model::{
     ReceiptBody, ReceiptRequest, Resources, Streams, RECEIPT_SCHEMA,
 };
 use crate::os::safe_io::WriteTarget;
+use crate::process::capture;
 
 use super::new_id;
 
@@ -104,8 +105,8 @@ impl Draft {
                 evadable_why: "nothing was spawned".into(),
             },
             streams: Streams {
-                stdout: receipt::empty_stream(),
-                stderr: receipt::empty_stream(),
+                stdout: capture::empty_record(),
+                stderr: capture::empty_record(),
             },
             products: vec![],
             started_at: rfc3339(self.started),

@@ -104,8 +104,8 @@ impl Ledger for MemoryLedger {
         Err(LedgerError::Unavailable("read only".into()))
     }
     fn chains(&self) -> Result<Vec<Chain>, LedgerError> {
-        let chain =
-            journal::parse_chain(Path::new("fuzz.jsonl"), &self.bytes).map_err(|e| e.to_string());
+        let chain = journal::parse_chain(Path::new("fuzz.jsonl"), &self.bytes)
+            .map_err(|e| crate::ledger::BrokenChain(e.to_string()));
         Ok(vec![("fuzz".into(), chain)])
     }
     fn attempt_is_live(&self, _attempt_id: &str) -> bool {
