@@ -1987,11 +1987,6 @@ mod tests {
             "internal: probe_in_child needs a single-threaded process"
         );
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     /// `capget` and the kernel's own text agree on every capability, as
     /// root (most set) and as any other uid (none set).
