@@ -340,6 +340,7 @@ fn lock_goal_file(file: File, path: &Path) -> Result<Flock<File>, JournalError> 
     let mut slot = Some(file);
     crate::os::wait::bounded(
         crate::os::wait::lock_wait_bound(),
+        crate::os::wait::Backoff::LOCAL_FILE,
         || {
             let Some(f) = slot.take() else {
                 return Err(unavailable(path)(std::io::Error::other(

@@ -397,6 +397,7 @@ impl Ledger for PgLedger {
         // within the bound and only while no cancelling signal is pending.
         crate::os::wait::bounded(
             bound,
+            crate::os::wait::Backoff::SERVER,
             || {
                 c.batch_execute("SAVEPOINT goal_lock")
                     .map_err(|e| self.unavailable("lock", cause(&e)))?;

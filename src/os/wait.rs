@@ -3,9 +3,16 @@
 //! blocked in every runner (they are read from a signalfd), so a blocking
 //! lock call can never be interrupted: a runner stalled inside the lock
 //! window would hold every other run of the Goal, deaf to SIGTERM. So a
-//! waiter tries without blocking, backs off (1 ms doubling to 50 ms), and
-//! stops when a cancelling signal is pending (left pending, so `run` still
-//! reads it and refuses `cancelled_before_spawn`) or when the bound passes.
+//! waiter tries without blocking, backs off ([`Backoff`]), and stops when a
+//! cancelling signal is pending (left pending, so `run` still reads it and
+//! refuses `cancelled_before_spawn`) or when the bound passes.
+//!
+//! The back-off is the lock's hand-over time: a Goal's journal lock is held
+//! about a millisecond per run, so a waiter that slept up to 50 ms between
+//! tries made 12 concurrent runs of one Goal no faster than 12 in a row
+//! (`scripts/bench.sh`, figure 4). A local file lock costs one `flock` call
+//! per try and is tried every 2 ms at most; a server's lock costs a round
+//! trip and is tried less often.
 
 use std::time::{Duration, Instant};
 
@@ -32,15 +39,37 @@ pub fn lock_wait_bound() -> Duration {
         .unwrap_or(DEFAULT_LOCK_WAIT)
 }
 
+/// How long a waiter sleeps between tries: `first`, doubling up to `cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub first: Duration,
+    pub cap: Duration,
+}
+
+impl Backoff {
+    /// A lock on a local file (`flock`): a try is one system call.
+    pub const LOCAL_FILE: Backoff = Backoff {
+        first: Duration::from_micros(50),
+        cap: Duration::from_millis(2),
+    };
+    /// A lock on a server (a PostgreSQL row): a try is a round trip.
+    pub const SERVER: Backoff = Backoff {
+        first: Duration::from_millis(1),
+        cap: Duration::from_millis(20),
+    };
+}
+
 /// Call `attempt` until it returns `Ok(Some(_))` (got it) or an error,
-/// within `bound`, as long as no cancelling signal is pending.
+/// within `bound`, as long as no cancelling signal is pending, sleeping
+/// between tries as `backoff` says.
 pub fn bounded<T, E>(
     bound: Duration,
+    backoff: Backoff,
     mut attempt: impl FnMut() -> Result<Option<T>, E>,
     ended: impl Fn(WaitEnd) -> E,
 ) -> Result<T, E> {
     let deadline = Instant::now() + bound;
-    let mut nap = Duration::from_millis(1);
+    let mut nap = backoff.first;
     loop {
         if let Some(got) = attempt()? {
             return Ok(got);
@@ -53,7 +82,7 @@ pub fn bounded<T, E>(
             return Err(ended(WaitEnd::TimedOut(bound)));
         }
         std::thread::sleep(nap.min(deadline - now));
-        nap = (nap * 2).min(Duration::from_millis(50));
+        nap = (nap * 2).min(backoff.cap);
     }
 }
 
@@ -64,7 +93,12 @@ mod tests {
     #[test]
     fn a_wait_that_never_gets_it_ends_at_its_bound() {
         let start = Instant::now();
-        let r: Result<(), WaitEnd> = bounded(Duration::from_millis(30), || Ok(None), |e| e);
+        let r: Result<(), WaitEnd> = bounded(
+            Duration::from_millis(30),
+            Backoff::LOCAL_FILE,
+            || Ok(None),
+            |e| e,
+        );
         assert_eq!(r, Err(WaitEnd::TimedOut(Duration::from_millis(30))));
         assert!(start.elapsed() >= Duration::from_millis(30));
     }
@@ -74,6 +108,7 @@ mod tests {
         let mut n = 0;
         let r: Result<u32, WaitEnd> = bounded(
             Duration::from_secs(5),
+            Backoff::SERVER,
             || {
                 n += 1;
                 Ok((n == 3).then_some(7))
@@ -81,7 +116,12 @@ mod tests {
             |e| e,
         );
         assert_eq!(r, Ok(7));
-        let r: Result<u32, &str> = bounded(Duration::from_secs(5), || Err("broken"), |_| "ended");
+        let r: Result<u32, &str> = bounded(
+            Duration::from_secs(5),
+            Backoff::LOCAL_FILE,
+            || Err("broken"),
+            |_| "ended",
+        );
         assert_eq!(r, Err("broken"));
     }
 }
