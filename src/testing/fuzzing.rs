@@ -22,7 +22,7 @@ use crate::evidence::sign;
 use crate::ledger::journal::{self, Checkpoint, Entry, Summary};
 use crate::ledger::{Chain, GoalSession, Ledger, LedgerError};
 use crate::model::{
-    parse_json, CleanupState, Criterion, Lease, LeaseWire, OutcomeClass, Statement,
+    parse_json, CleanupState, Criterion, Lease, LeaseWire, OutcomeClass, ReceiptBody, Statement,
     DSSE_PAYLOAD_TYPE,
 };
 
@@ -266,29 +266,7 @@ fn verified_means_met(goal_bytes: &[u8], payload: &[u8], ledger: Option<&MemoryL
                     && !p.cleanup.evadable,
                 "verified no_leftover_processes without an observed, unevadable cleanup"
             ),
-            Criterion::File { path, exists, .. } => {
-                assert!(
-                    !path.starts_with('/') && !path.split('/').any(|c| c == ".."),
-                    "verified a file criterion outside the workspace: {path:?}"
-                );
-                let prod = p.products.iter().find(|x| &x.path == path);
-                assert!(prod.is_some(), "verified a file not among the products");
-                let ws = ws.unwrap_or_else(|| panic!("verified a file with no workspace"));
-                let on_disk = std::fs::read(ws.join(path)).ok();
-                if *exists == Some(false) {
-                    assert!(
-                        std::fs::symlink_metadata(ws.join(path)).is_err(),
-                        "verified `must not exist` for {path:?}, which exists"
-                    );
-                } else {
-                    let disk = on_disk.unwrap_or_else(|| panic!("verified {path:?}, unreadable"));
-                    assert_eq!(
-                        prod.and_then(|x| x.sha256.clone()),
-                        Some(sign::sha256_hex(&disk)),
-                        "verified {path:?} whose bytes on disk are not the receipt's"
-                    );
-                }
-            }
+            Criterion::File { path, exists, .. } => file_criterion_met(p, ws, path, *exists),
             Criterion::Outcome { .. } | Criterion::Resources { .. } | Criterion::Network { .. } => {
             }
         }
@@ -306,6 +284,33 @@ fn verified_means_met(goal_bytes: &[u8], payload: &[u8], ledger: Option<&MemoryL
                 journal::Event::Result { attempt_id, receipt_sha256, .. }
                     if attempt_id == attempt && *receipt_sha256 == digest)),
             "verified a receipt the journal's result does not name"
+        );
+    }
+}
+
+/// A `file` criterion of a verified receipt: inside the workspace, among
+/// the products, and the bytes on disk are the receipt's (or, for `must not
+/// exist`, nothing is there).
+fn file_criterion_met(p: &ReceiptBody, ws: Option<&Path>, path: &str, exists: Option<bool>) {
+    assert!(
+        !path.starts_with('/') && !path.split('/').any(|c| c == ".."),
+        "verified a file criterion outside the workspace: {path:?}"
+    );
+    let prod = p.products.iter().find(|x| x.path == path);
+    assert!(prod.is_some(), "verified a file not among the products");
+    let ws = ws.unwrap_or_else(|| panic!("verified a file with no workspace"));
+    if exists == Some(false) {
+        assert!(
+            std::fs::symlink_metadata(ws.join(path)).is_err(),
+            "verified `must not exist` for {path:?}, which exists"
+        );
+    } else {
+        let disk = std::fs::read(ws.join(path))
+            .unwrap_or_else(|_| panic!("verified {path:?}, unreadable"));
+        assert_eq!(
+            prod.and_then(|x| x.sha256.clone()),
+            Some(sign::sha256_hex(&disk)),
+            "verified {path:?} whose bytes on disk are not the receipt's"
         );
     }
 }
