@@ -812,6 +812,26 @@ pub fn pids_mount_writable() -> bool {
 }
 
 #[cfg(test)]
+impl RunCgroups {
+    /// A run whose per-run pids group (of `kind`) is the empty directory
+    /// `dir`, for the rules that read only where the group is. Dropping it
+    /// removes `dir`.
+    pub(crate) fn with_pids_group_at(dir: &Path, kind: &'static str) -> RunCgroups {
+        RunCgroups {
+            pids: Some(Group {
+                dir: dir.to_path_buf(),
+                controllers: "pids".into(),
+                join: File::open("/dev/null").expect("/dev/null"),
+                sweep: false,
+                procs: None,
+            }),
+            pids_kind: Some(kind),
+            ..RunCgroups::default()
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

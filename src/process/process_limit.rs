@@ -6,6 +6,8 @@
 //! Anything else is `isolation_unavailable` before the use is spent. `run`
 //! and `doctor` both ask [`choose`], so `doctor` says what `run` does.
 
+use std::path::PathBuf;
+
 use crate::model::{MaxProcesses, ProcessLimitReport};
 use crate::process::cgroup::{self, RunCgroups};
 
@@ -28,6 +30,17 @@ pub fn choose(
     max: MaxProcesses,
     child_uid: u32,
     cgroups: &RunCgroups,
+) -> Result<Plan, Unenforceable> {
+    choose_given(max, child_uid, cgroups, cgroup::enclosing_pids_max)
+}
+
+/// [`choose`] with the machine's enclosing `pids.max` (and the file it was
+/// read from) passed in (asked only when it decides).
+fn choose_given(
+    max: MaxProcesses,
+    child_uid: u32,
+    cgroups: &RunCgroups,
+    enclosing_pids_max: impl FnOnce() -> Result<(u64, PathBuf), cgroup::CgroupError>,
 ) -> Result<Plan, Unenforceable> {
     let n = match max {
         MaxProcesses::Waived(_) => {
@@ -62,7 +75,7 @@ pub fn choose(
             rlimit_nproc: Some(n),
         });
     }
-    let enclosing = cgroup::enclosing_pids_max();
+    let enclosing = enclosing_pids_max();
     if let Ok((e, file)) = &enclosing {
         if *e <= n {
             return Ok(Plan {
@@ -171,5 +184,68 @@ mod tests {
         let w = choose(MaxProcesses::UNLIMITED, 0, &g).unwrap();
         assert_eq!(w.report.mechanism, "waived");
         assert_eq!((w.report.enforced_limit, w.rlimit_nproc), (None, None));
+    }
+
+    /// A root child with no per-run group is bounded by the enclosing
+    /// `pids.max` only when it is no larger than the lease's number (equal
+    /// included); a larger one, or none readable, is `isolation_unavailable`
+    /// naming it.
+    #[test]
+    fn the_enclosing_pids_max_binds_a_root_child_only_when_no_larger() {
+        let g = RunCgroups::default();
+        let file = PathBuf::from("/sys/fs/cgroup/pids.max");
+        for e in [5, 7] {
+            let p = choose_given(MaxProcesses::Limit(7), 0, &g, || Ok((e, file.clone()))).unwrap();
+            assert_eq!(p.report.mechanism, "enclosing_pids_max", "enclosing {e}");
+            assert_eq!(p.report.enforced_limit, Some(e));
+            assert_eq!(p.rlimit_nproc, None);
+        }
+        let Err(u) = choose_given(MaxProcesses::Limit(7), 0, &g, || Ok((8, file.clone()))) else {
+            panic!("an enclosing pids.max of 8 was taken for a limit of 7");
+        };
+        assert_eq!(u.limit, 7);
+        assert!(
+            u.why
+                .iter()
+                .any(|w| w == "the enclosing /sys/fs/cgroup/pids.max = 8 is larger than 7"),
+            "{:?}",
+            u.why
+        );
+        assert!(u
+            .why
+            .iter()
+            .any(|w| w.contains("RLIMIT_NPROC does not bind")));
+        // A non-root child never gets there: RLIMIT_NPROC binds it.
+        let p = choose_given(MaxProcesses::Limit(7), 1000, &g, || Ok((5, file))).unwrap();
+        assert_eq!(p.report.mechanism, "rlimit_nproc");
+    }
+
+    /// A per-run pids group (v1 or v2) is left by whoever may write its
+    /// parent's `cgroup.procs`: a root child whose mount namespace does not
+    /// cover cgroupfs, or the uid that owns that file; nobody else.
+    #[test]
+    fn a_per_run_pids_group_is_evadable_by_whoever_may_leave_it() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let me = nix::unistd::geteuid().as_raw();
+        let owner = if me == 0 { 1000 } else { me };
+        let procs = d.path().join("cgroup.procs");
+        std::fs::write(&procs, "").expect("procs");
+        if me == 0 {
+            nix::unistd::chown(&procs, Some(nix::unistd::Uid::from_raw(owner)), None)
+                .expect("chown");
+        }
+        for kind in ["pids_cgroup_v1", "pids_cgroup_v2"] {
+            let dir = d.path().join("run");
+            std::fs::create_dir(&dir).expect("group dir");
+            let g = RunCgroups::with_pids_group_at(&dir, kind);
+            let e = |uid, covered| evadable_given(kind, uid, covered, &g, || false);
+            assert!(e(0, false), "{kind}: root, cgroupfs not covered");
+            assert!(!e(0, true), "{kind}: root, cgroupfs covered");
+            assert!(
+                e(owner, true),
+                "{kind}: the owner of the parent's cgroup.procs"
+            );
+            assert!(!e(owner + 1, false), "{kind}: another uid");
+        }
     }
 }
