@@ -125,15 +125,22 @@ pub fn verify(
         }
         Err(Unauthentic::Fails(why)) => not_verified(why),
     };
-    v.key_in_reach_allowed = allow_key_in_reach;
     if allow_key_in_reach {
-        v.unmet
-            .retain(|u| !u.starts_with("signing_key_in_child_reach:"));
-        if v.unmet.is_empty() && v.receipt_id.is_some() {
-            v.verdict = "VERIFIED_DONE";
-        }
+        waive_key_in_reach(&mut v);
     }
     Ok(v)
+}
+
+/// `verify --allow-key-in-reach`: the key-in-reach finding alone is waived;
+/// every other unmet criterion stands, and only a receipt that was judged
+/// (it has an id: it authenticated) can become VERIFIED_DONE by it.
+fn waive_key_in_reach(v: &mut Verdict) {
+    v.key_in_reach_allowed = true;
+    v.unmet
+        .retain(|u| !u.starts_with("signing_key_in_child_reach:"));
+    if v.unmet.is_empty() && v.receipt_id.is_some() {
+        v.verdict = "VERIFIED_DONE";
+    }
 }
 
 /// `verify --nonce`: the receipt must carry exactly the caller's nonce, so a
@@ -804,6 +811,48 @@ fn check_network(p: &ReceiptBody, max_denied: Option<u64>, only: Option<&[String
 mod tests {
     use super::*;
     use crate::ledger::journal::Journal;
+
+    /// `--nonce`: exactly the carried nonce meets it; another, or none, is
+    /// `nonce_mismatch` saying which; without `--nonce` nothing is asked.
+    #[test]
+    fn a_nonce_is_met_only_by_the_same_nonce() {
+        assert_eq!(nonce_unmet(None, Some("n1")), None);
+        assert_eq!(nonce_unmet(None, None), None);
+        assert_eq!(nonce_unmet(Some("n1"), Some("n1")), None);
+        let other = nonce_unmet(Some("n1"), Some("n0")).expect("another nonce");
+        assert!(
+            other.starts_with("nonce_mismatch:") && other.contains("\"n0\""),
+            "{other}"
+        );
+        let none = nonce_unmet(Some("n1"), None).expect("no nonce");
+        assert!(
+            none.starts_with("nonce_mismatch:") && none.contains("--nonce"),
+            "{none}"
+        );
+    }
+
+    /// `--allow-key-in-reach` waives that one finding: a receipt whose only
+    /// finding it was becomes VERIFIED_DONE; any other finding stands; a
+    /// file that never authenticated (no receipt id) stays NOT_VERIFIED.
+    #[test]
+    fn allowing_the_key_in_reach_waives_that_finding_only() {
+        let judged = |unmet: &[&str], id: Option<&str>| {
+            let mut v = not_verified(String::new());
+            v.unmet = unmet.iter().map(|u| u.to_string()).collect();
+            v.receipt_id = id.map(str::to_string);
+            waive_key_in_reach(&mut v);
+            assert!(v.key_in_reach_allowed);
+            v
+        };
+        let key = "signing_key_in_child_reach: the key was in reach";
+        let v = judged(&[key], Some("r1"));
+        assert_eq!((v.verdict, v.unmet.len()), ("VERIFIED_DONE", 0));
+        let v = judged(&[key, "exit_code: 1, not 0"], Some("r1"));
+        assert_eq!(v.verdict, "NOT_VERIFIED");
+        assert_eq!(v.unmet, ["exit_code: 1, not 0"]);
+        let v = judged(&[key], None);
+        assert_eq!(v.verdict, "NOT_VERIFIED");
+    }
     use crate::model::{Envelope, GoalRef};
     use ed25519_dalek::SigningKey;
 
