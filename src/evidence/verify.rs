@@ -831,6 +831,63 @@ mod tests {
         );
     }
 
+    fn goal_with(criteria: &str) -> LoadedGoal {
+        let text = format!(
+            r#"{{"schema":"governed-exec/goal/v1","id":"g","revision":1,"criteria":[{criteria}]}}"#
+        );
+        crate::model::goal::from_bytes("goal", text.as_bytes()).expect("goal")
+    }
+
+    /// Without an `outcome` criterion only `exited` is accepted; with one,
+    /// the class must be in its set; with several, in every one of them.
+    #[test]
+    fn the_outcome_must_be_one_every_outcome_criterion_accepts() {
+        use OutcomeClass::*;
+        let plain = goal_with(r#"{"kind":"exit_code","equals":0}"#);
+        assert_eq!(check_outcome(&plain, Exited), None);
+        let unmet = check_outcome(&plain, TimedOutReaped).expect("timed out");
+        assert_eq!(
+            unmet,
+            "outcome: timed_out_reaped is not an outcome this goal accepts"
+        );
+        let one = goal_with(r#"{"kind":"outcome","in":["exited","timed_out_reaped"]}"#);
+        assert_eq!(check_outcome(&one, TimedOutReaped), None);
+        assert_eq!(check_outcome(&one, Exited), None);
+        assert!(check_outcome(&one, Signaled).is_some());
+        let two = goal_with(
+            r#"{"kind":"outcome","in":["exited","timed_out_reaped"]},{"kind":"outcome","in":["timed_out_reaped"]}"#,
+        );
+        assert_eq!(check_outcome(&two, TimedOutReaped), None);
+        assert!(check_outcome(&two, Exited).is_some(), "in one set only");
+    }
+
+    /// A signature that fails names the key id that signed (or that none
+    /// is named) beside the one `--trust` gave, and which key `verify
+    /// --trust` takes.
+    #[test]
+    fn a_failed_signature_names_both_key_ids() {
+        let trust = SigningKey::from_bytes(&[9u8; 32]).verifying_key();
+        let env = |keyids: &[&str]| Envelope {
+            payload: String::new(),
+            payload_type: DSSE_PAYLOAD_TYPE.into(),
+            signatures: keyids
+                .iter()
+                .map(|k| crate::model::DsseSignature {
+                    keyid: k.to_string(),
+                    sig: String::new(),
+                })
+                .collect(),
+        };
+        let given = format!("--trust gave key id {}", sign::keyid(&trust));
+        let hint = signer_hint(&env(&["abc", "", "def"]), &trust);
+        assert!(hint.starts_with("signed by key id abc, def; "), "{hint}");
+        assert!(hint.contains(&given), "{hint}");
+        assert!(hint.contains("RUNNER's public key"), "{hint}");
+        let hint = signer_hint(&env(&[""]), &trust);
+        assert!(hint.starts_with("the envelope names no key id; "), "{hint}");
+        assert!(hint.contains(&given), "{hint}");
+    }
+
     /// `--allow-key-in-reach` waives that one finding: a receipt whose only
     /// finding it was becomes VERIFIED_DONE; any other finding stands; a
     /// file that never authenticated (no receipt id) stays NOT_VERIFIED.
