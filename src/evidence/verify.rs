@@ -888,6 +888,122 @@ mod tests {
         assert!(hint.contains(&given), "{hint}");
     }
 
+    /// An `only` entry without a port means 443; an IPv6 literal is
+    /// bracketed; case does not matter; a port given is kept.
+    #[test]
+    fn network_entries_compare_by_host_and_port() {
+        assert_eq!(entry_key("Example.COM"), "example.com:443");
+        assert_eq!(entry_key("example.com:8080"), "example.com:8080");
+        assert_eq!(entry_key("2001:db8::1"), "[2001:db8::1]:443");
+        assert_eq!(entry_key("[2001:db8::1]"), "[2001:db8::1]:443");
+        assert_eq!(entry_key("[2001:db8::1]:80"), "[2001:db8::1]:80");
+    }
+
+    fn connection(host: &str, port: u16, allowed: bool) -> crate::model::Connection {
+        crate::model::Connection {
+            host: host.into(),
+            port,
+            address: allowed.then(|| "192.0.2.1".to_string()),
+            decision: if allowed {
+                NetDecision::Allowed
+            } else {
+                NetDecision::Denied
+            },
+            reason: (!allowed).then(|| "not_in_allowlist".to_string()),
+            bytes_sent: 0,
+            bytes_received: 0,
+            started_at: String::new(),
+            duration_ms: 0,
+        }
+    }
+
+    fn with_network(connections: Vec<crate::model::Connection>, omitted: u64) -> ReceiptBody {
+        let mut p = template().predicate;
+        p.network = Some(crate::model::NetworkReport {
+            mechanism: "network_namespace".into(),
+            allowed: vec!["example.com".into()],
+            connections,
+            omitted,
+            unused: vec![],
+        });
+        p
+    }
+
+    /// `max_denied`: more denied than the bound is unmet, naming the first
+    /// past it; exactly the bound is met; attempts only counted (omitted)
+    /// that could push past the bound are unmet, since unseen is unproven.
+    #[test]
+    fn the_network_criterion_bounds_denied_attempts() {
+        let two_denied = with_network(
+            vec![
+                connection("a.test", 443, false),
+                connection("example.com", 443, true),
+                connection("b.test", 443, false),
+            ],
+            0,
+        );
+        assert!(check_network(&two_denied, Some(2), None).is_empty());
+        let unmet = check_network(&two_denied, Some(1), None);
+        assert_eq!(unmet.len(), 1, "{unmet:?}");
+        assert!(
+            unmet[0].starts_with("network: 2 connection(s) denied, at most 1 allowed")
+                && unmet[0].contains("b.test:443 (not_in_allowlist)"),
+            "{unmet:?}"
+        );
+        let omitted = with_network(vec![connection("a.test", 443, false)], 3);
+        assert!(check_network(&omitted, Some(5), None).is_empty(), "4 <= 5");
+        let unmet = check_network(&omitted, Some(2), None);
+        assert!(
+            unmet.len() == 1 && unmet[0].contains("3 connection attempt(s) are only counted"),
+            "{unmet:?}"
+        );
+        let none_omitted = with_network(vec![connection("a.test", 443, false)], 0);
+        assert!(check_network(&none_omitted, Some(1), None).is_empty());
+    }
+
+    /// `only`: every allowed connection must be to a listed entry (443 when
+    /// the entry names no port); a denied one is not held against it; an
+    /// omitted attempt cannot be shown to be listed. A run with the uid's
+    /// whole network observed nothing and meets no network criterion; a
+    /// `--no-network` run meets it.
+    #[test]
+    fn the_network_criterion_holds_allowed_connections_to_the_list() {
+        let only = ["Example.com".to_string(), "api.test:8443".to_string()];
+        let ok = with_network(
+            vec![
+                connection("example.com", 443, true),
+                connection("api.test", 8443, true),
+                connection("evil.test", 443, false),
+            ],
+            0,
+        );
+        assert!(check_network(&ok, None, Some(&only)).is_empty());
+        let off_list = with_network(vec![connection("api.test", 443, true)], 0);
+        let unmet = check_network(&off_list, None, Some(&only));
+        assert!(
+            unmet.len() == 1 && unmet[0].contains("connection to api.test:443 (192.0.2.1)"),
+            "{unmet:?}"
+        );
+        let omitted = with_network(vec![], 1);
+        assert_eq!(check_network(&omitted, None, Some(&only)).len(), 1);
+        let mut open = template().predicate;
+        open.network = None;
+        open.isolation = None;
+        let unmet = check_network(&open, Some(0), None);
+        assert!(
+            unmet.len() == 1 && unmet[0].contains("were not observed"),
+            "{unmet:?}"
+        );
+        let mut closed = template().predicate;
+        closed.network = None;
+        closed
+            .isolation
+            .as_mut()
+            .expect("the seed receipt has an isolation report")
+            .network_mechanism = Some("network_namespace".into());
+        assert!(check_network(&closed, Some(0), Some(&only)).is_empty());
+    }
+
     /// `--allow-key-in-reach` waives that one finding: a receipt whose only
     /// finding it was becomes VERIFIED_DONE; any other finding stands; a
     /// file that never authenticated (no receipt id) stays NOT_VERIFIED.
