@@ -1306,5 +1306,88 @@ mod tests {
         )
         .unwrap()
         .contains("not in the journal"));
+        // An attempt with no result of its own is not closed by another's.
+        let mut third = template();
+        third.predicate.attempt_id = Some("att-3".into());
+        let mut j = Journal::open(dir.path(), "g").unwrap();
+        third.predicate.journal_record_sha256 = Some(j.append(executing("att-3")).unwrap());
+        drop(j);
+        let (_, p3) = signed(&third);
+        let why = cross_check_journal(
+            &crate::ledger::LocalLedger::state_dir(dir.path()),
+            &third,
+            &p3,
+        )
+        .unwrap();
+        assert!(why.contains("has no result record"), "{why}");
+    }
+
+    /// A `file` criterion reads the product back: it must be among the
+    /// receipt's products, unchanged on disk since the run, and then meet
+    /// its `sha256` (any case) and `contains`; "must not exist" means
+    /// nothing at all at that path, in the receipt and on disk.
+    #[test]
+    fn a_file_criterion_reads_the_product_back() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("out.txt"), b"hello world").unwrap();
+        let digest = sign::sha256_hex(b"hello world");
+        let mut p = template().predicate;
+        let product = |path: &str, exists: bool, sha: Option<&str>| crate::model::Product {
+            path: path.into(),
+            exists,
+            size: None,
+            sha256: sha.map(str::to_string),
+        };
+        p.products = vec![
+            product("out.txt", true, Some(&digest)),
+            product("gone.txt", false, None),
+            product("dir", false, None),
+            product("stale.txt", true, Some(&sign::sha256_hex(b"before"))),
+        ];
+        std::fs::create_dir(ws.path().join("dir")).unwrap();
+        std::fs::write(ws.path().join("stale.txt"), b"after").unwrap();
+        let w = Some(ws.path());
+        let check =
+            |path: &str, exists, contains, sha| check_file(&p, w, path, exists, contains, sha);
+        assert_eq!(check("out.txt", None, None, None), None);
+        let upper = digest.to_uppercase();
+        assert_eq!(check("out.txt", None, Some("world"), Some(&upper)), None);
+        assert_eq!(
+            check("out.txt", None, Some("nope"), None).as_deref(),
+            Some("does not contain \"nope\"")
+        );
+        let wrong = "0".repeat(64);
+        assert_eq!(
+            check("out.txt", None, None, Some(&wrong)),
+            Some(format!("sha256 is {digest}, expected {wrong}"))
+        );
+        assert!(check("stale.txt", None, None, None)
+            .unwrap()
+            .starts_with("changed on disk since the run"));
+        assert_eq!(check("gone.txt", Some(false), None, None), None);
+        assert!(check("dir", Some(false), None, None)
+            .unwrap()
+            .contains("something exists there on disk now"));
+        assert_eq!(
+            check("out.txt", Some(false), None, None).as_deref(),
+            Some("must not exist, but the receipt recorded it")
+        );
+        assert_eq!(
+            check("gone.txt", None, None, None).as_deref(),
+            Some("missing in the receipt's products")
+        );
+        assert_eq!(
+            check("other.txt", None, None, None).as_deref(),
+            Some("not among the receipt's products")
+        );
+        assert_eq!(
+            check_file(&p, None, "out.txt", None, None, None).as_deref(),
+            Some("the receipt names no workspace to read back from")
+        );
+        std::fs::remove_file(ws.path().join("out.txt")).unwrap();
+        assert_eq!(
+            check("out.txt", None, None, None).as_deref(),
+            Some("missing on disk now (read-back)")
+        );
     }
 }
