@@ -1390,4 +1390,118 @@ mod tests {
             Some("missing on disk now (read-back)")
         );
     }
+
+    /// `resources`: each bound compares the receipt's figure (at the bound
+    /// is met, one over is not); a missing figure does not meet a bound;
+    /// a cgroup figure met under an evadable cleanup is not proof.
+    #[test]
+    fn resource_bounds_compare_the_receipts_figures() {
+        let mut p = template().predicate;
+        p.cleanup.evadable = false;
+        p.resources.mechanism = "cgroup_v2".into();
+        p.resources.peak_memory_bytes = Some(1024 * 1024);
+        p.resources.cpu_user_ms = 600;
+        p.resources.cpu_system_ms = 400;
+        p.duration_ms = 2000;
+        let at = |p: &ReceiptBody, m, c, w| check_resources(p, m, c, w);
+        assert!(
+            at(&p, Some("1MiB"), Some("1s"), Some("2s")).is_empty(),
+            "exactly at every bound"
+        );
+        let over = at(&p, Some("1023KiB"), Some("999ms"), Some("1999ms"));
+        assert_eq!(over.len(), 3, "{over:?}");
+        assert!(
+            over[0]
+                .starts_with("resources: peak_memory_at_most 1023KiB: the run's peak memory was"),
+            "{over:?}"
+        );
+        assert!(
+            over[1].starts_with("resources: cpu_time_at_most 999ms: the run used"),
+            "{over:?}"
+        );
+        assert!(
+            over[2].starts_with("resources: wall_time_at_most 1999ms: the run took"),
+            "{over:?}"
+        );
+        let mut unknown = p.clone();
+        unknown.resources.peak_memory_bytes = None;
+        let missing = at(&unknown, Some("1GiB"), None, None);
+        assert!(
+            missing.len() == 1 && missing[0].contains("the receipt has no peak memory"),
+            "{missing:?}"
+        );
+        let mut evadable = p.clone();
+        evadable.cleanup.evadable = true;
+        evadable.cleanup.evadable_why = "a root child".into();
+        let unproven = at(&evadable, Some("1GiB"), Some("1h"), None);
+        assert_eq!(unproven.len(), 2, "{unproven:?}");
+        assert!(
+            unproven
+                .iter()
+                .all(|u| u.contains("is not proof") && u.contains("a root child")),
+            "{unproven:?}"
+        );
+        evadable.resources.mechanism = "rusage".into();
+        assert!(
+            at(&evadable, Some("1GiB"), Some("1h"), None).is_empty(),
+            "not a cgroup figure"
+        );
+        assert!(
+            at(&p, None, None, Some("soon"))[0].starts_with("resources: "),
+            "a bad bound"
+        );
+    }
+
+    /// `no_leftover_processes`: a killed leftover or a cleanup not `gone`
+    /// fails it; an evadable cleanup fails it only when nothing else did
+    /// (one finding, saying what the child could do).
+    #[test]
+    fn leftovers_and_evadable_cleanups_fail_no_leftover_processes() {
+        let mut p = template().predicate;
+        p.cleanup.state = CleanupState::Gone;
+        p.cleanup.leftover_processes_killed = 0;
+        p.cleanup.evadable = false;
+        assert!(check_leftovers(&p).is_empty());
+        p.cleanup.evadable = true;
+        p.cleanup.evadable_why = "the child could reach docker".into();
+        let unmet = check_leftovers(&p);
+        assert!(
+            unmet.len() == 1 && unmet[0].contains("the child could reach docker"),
+            "{unmet:?}"
+        );
+        p.cleanup.leftover_processes_killed = 2;
+        let unmet = check_leftovers(&p);
+        assert_eq!(
+            unmet.len(),
+            1,
+            "the evadable line only when nothing else failed: {unmet:?}"
+        );
+        assert!(unmet[0].contains("2 process(es) outlived"), "{unmet:?}");
+    }
+
+    /// A failed journal cross-check names the ledger the receipt says it
+    /// was counted in when that is not the one given.
+    #[test]
+    fn a_journal_mismatch_names_the_ledger_the_receipt_was_counted_in() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Journal::open(dir.path(), "g").unwrap());
+        let ledger = crate::ledger::LocalLedger::state_dir(dir.path());
+        let mut stmt = template();
+        stmt.predicate.attempt_id = Some("att-1".into());
+        stmt.predicate.ledger = Some(crate::ledger::Ledger::name(&ledger));
+        let (_, payload) = signed(&stmt);
+        let why = check_journal(&ledger, &stmt, &payload).unwrap();
+        assert!(
+            why.starts_with("journal: attempt att-1 is not in the journal"),
+            "{why}"
+        );
+        assert!(!why.contains("cross-check with --ledger"), "{why}");
+        stmt.predicate.ledger = Some("postgresql://elsewhere/db".into());
+        let (_, payload) = signed(&stmt);
+        let why = check_journal(&ledger, &stmt, &payload).unwrap();
+        assert!(
+            why.contains("the receipt says its use was counted in postgresql://elsewhere/db"),
+            "{why}"
+        );
+    }
 }
