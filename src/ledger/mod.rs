@@ -368,6 +368,26 @@ mod tests {
         }
     }
 
+    /// Resolving as `stop` also revokes the attempt's lease (a person said
+    /// "do not run this again"); `failed` and `succeeded` do not; `revoke`
+    /// records the revocation in the Goal's chain.
+    #[test]
+    fn stop_revokes_the_lease_and_revoke_is_recorded() {
+        let d = tempfile::tempdir().unwrap();
+        let l = LocalLedger::state_dir(d.path());
+        let mut j = journal::Journal::open(d.path(), "g").unwrap();
+        j.append(executing("g", "att-1")).unwrap();
+        j.append(executing("g", "att-2")).unwrap();
+        drop(j);
+        let revoked = |l: &LocalLedger| l.open_goal("g").unwrap().summary().revoked.clone();
+        resolve(&l, "att-1", Classification::Failed, "ops", None).unwrap();
+        assert!(revoked(&l).is_empty(), "failed revoked the lease");
+        resolve(&l, "att-2", Classification::Stop, "ops", None).unwrap();
+        assert_eq!(revoked(&l).into_iter().collect::<Vec<_>>(), ["lease-g"]);
+        revoke(&l, "g", "lease-other", "ops").unwrap();
+        assert!(revoked(&l).contains("lease-other"));
+    }
+
     #[test]
     fn ledger_addresses_carry_no_credentials() {
         assert!(LedgerSpec::parse("postgres://u:secret@db/x").is_err());
