@@ -926,4 +926,89 @@ mod tests {
         assert_eq!(first_difference(&approved, &long, false), None);
         assert_eq!(first_difference(&approved, &approved, true), None);
     }
+
+    /// `no_matching_lease` names the closest lease: of this Goal first,
+    /// then the same executable, then the longest common argv prefix, then
+    /// the same argv length, then the same cwd, then one not superseded;
+    /// among equals, the last approved.
+    #[test]
+    fn the_closest_lease_is_ranked_goal_executable_argv_cwd() {
+        let key = SigningKey::from_bytes(&[3u8; 32]);
+        let with = |id: &str, goal_id: &str, r: Request| {
+            let mut l = lease(id, &key, T0, T0 + 60);
+            let mut body = l.body.clone();
+            body.goal.id = goal_id.into();
+            body.request = r;
+            l = lease::seal(body, &key);
+            l
+        };
+        let manifest = |leases: Vec<Lease>| Manifest {
+            schema: MANIFEST_SCHEMA.into(),
+            leases,
+            revocations: vec![],
+            superseded: vec![],
+            foreign: vec![],
+        };
+        let wanted = req("python3", &["-m", "pytest", "-q"], ".");
+        let pick =
+            |m: &Manifest| closest(m, "g", &wanted, true).map(|(l, _)| l.body.lease_id.clone());
+        let cases: Vec<(Lease, Lease)> = vec![
+            // (the closer, a farther one approved after it)
+            (
+                with("same-goal", "g", req("node", &[], "/")),
+                with("other-goal", "h", wanted.clone()),
+            ),
+            (
+                with("same-exe", "g", req("python3", &[], "/")),
+                with(
+                    "other-exe",
+                    "g",
+                    req("python", &["-m", "pytest", "-q"], "."),
+                ),
+            ),
+            (
+                with(
+                    "longer-prefix",
+                    "g",
+                    req("python3", &["-m", "pytest", "-x"], "/"),
+                ),
+                with(
+                    "shorter-prefix",
+                    "g",
+                    req("python3", &["-m", "tox", "-q"], "."),
+                ),
+            ),
+            (
+                with("same-length", "g", req("python3", &["-m", "x", "y"], "/")),
+                with("other-length", "g", req("python3", &["-m", "x"], ".")),
+            ),
+            (
+                with("same-cwd", "g", req("python3", &["-m", "x", "y"], ".")),
+                with("other-cwd", "g", req("python3", &["-m", "x", "y"], "/")),
+            ),
+        ];
+        for (near, far) in cases {
+            let id = near.body.lease_id.clone();
+            let m = manifest(vec![near.clone(), far.clone()]);
+            assert_eq!(pick(&m).as_deref(), Some(id.as_str()), "near first");
+            let m = manifest(vec![far, near]);
+            assert_eq!(pick(&m).as_deref(), Some(id.as_str()), "near last");
+        }
+        // Equals: the last approved; and the difference it names.
+        let a = with(
+            "a",
+            "g",
+            req("python3", &["-m", "pytest", "--verbose"], "."),
+        );
+        let b = with(
+            "b",
+            "g",
+            req("python3", &["-m", "pytest", "--verbose"], "."),
+        );
+        let m = manifest(vec![a, b]);
+        let (l, diff) = closest(&m, "g", &wanted, true).expect("a lease");
+        assert_eq!(l.body.lease_id, "b");
+        assert_eq!(diff, r#"argv[2]: approved "--verbose", requested "-q""#);
+        assert!(closest(&manifest(vec![]), "g", &wanted, true).is_none());
+    }
 }
