@@ -1297,6 +1297,58 @@ fn summary_difference(derived: &Summary, claimed: &Summary) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// A checkpoint of an empty journal is bound only as the genesis
+    /// state: length 0, no lines, sequence 0, the genesis digest; any one
+    /// of them otherwise (under a valid MAC) is not the empty journal's.
+    #[test]
+    fn an_empty_journals_checkpoint_is_only_the_genesis_state() {
+        let key = [5u8; 32];
+        let sealed = |lines: usize, next_seq: u64, last: &str| {
+            let mut cp = Checkpoint {
+                v: CHECKPOINT_VERSION,
+                len: 0,
+                lines,
+                summary: Summary {
+                    next_seq,
+                    last_digest: last.to_string(),
+                    ..Summary::default()
+                },
+                mac: String::new(),
+            };
+            cp.mac = hex::encode(hmac_sha256(&key, &cp.mac_input()));
+            cp
+        };
+        assert!(checkpoint_bound(&sealed(0, 0, GENESIS), &key, 0, b""));
+        assert!(
+            !checkpoint_bound(&sealed(1, 0, GENESIS), &key, 0, b""),
+            "lines"
+        );
+        assert!(
+            !checkpoint_bound(&sealed(0, 1, GENESIS), &key, 0, b""),
+            "next_seq"
+        );
+        assert!(
+            !checkpoint_bound(&sealed(0, 0, &"ab".repeat(32)), &key, 0, b""),
+            "digest"
+        );
+        let mut forged = sealed(0, 0, GENESIS);
+        forged.mac = hex::encode([0u8; 32]);
+        assert!(!checkpoint_bound(&forged, &key, 0, b""), "MAC");
+    }
+
+    /// `uses` counts one per executing record of a lease.
+    #[test]
+    fn each_executing_record_counts_one_use() {
+        let d = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(d.path(), "g").unwrap();
+        for a in ["a1", "a2", "a3"] {
+            j.append(executing("g", a, "lease-1", 1)).unwrap();
+        }
+        j.append(executing("g", "b1", "lease-2", 1)).unwrap();
+        assert_eq!(j.summary().uses.get("lease-1"), Some(&3));
+        assert_eq!(j.summary().uses.get("lease-2"), Some(&1));
+    }
     use crate::model::{CleanupState, DirIdentity, GoalRef};
 
     /// An `executing` record of `attempt` (lease `lease`, Goal `goal`) for
