@@ -1074,8 +1074,6 @@ fn kill_all_and_confirm(main: &Main, count_as_leftovers: bool, cgroups: &RunCgro
             continue;
         }
         first = false;
-        // Whether some witness could not be read in this pass: then nothing
-        // is observed gone, whatever the others say.
         // Whether main had exited before the walk began. A process that
         // dies during the walk hands its children to us after our own list
         // was read, so a walk that finds nothing proves the tree empty only
@@ -1084,6 +1082,8 @@ fn kill_all_and_confirm(main: &Main, count_as_leftovers: bool, cgroups: &RunCgro
         // fork or die). Read after the walk, a main process dying in the
         // middle of it would hide its daemon.
         let main_done = main_has_exited(main);
+        // Whether some witness could not be read in this pass: then nothing
+        // is observed gone, whatever the others say.
         let (mut present, mut blind) = kill_and_walk(pid, cgroups, &mut seen_alive);
         let (members, populated, cgroups_blind) = cgroup_witness(pid, cgroups);
         blind |= cgroups_blind;
