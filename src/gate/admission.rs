@@ -1011,4 +1011,29 @@ mod tests {
         assert_eq!(diff, r#"argv[2]: approved "--verbose", requested "-q""#);
         assert!(closest(&manifest(vec![]), "g", &wanted, true).is_none());
     }
+
+    /// A lease that fails its signature check is explained by key ids: the
+    /// approver key that signed it against the one `--trust` gave (the two
+    /// `--trust`s are a known trap), or, with the right key, a changed lease.
+    #[test]
+    fn a_signature_failure_says_which_key_signed_and_which_was_given() {
+        let approver = SigningKey::from_bytes(&[3u8; 32]);
+        let runner = SigningKey::from_bytes(&[4u8; 32]);
+        let l = lease("l1", &approver, T0, T0 + 60);
+        let wrong = signature_failure(&l, &runner.verifying_key());
+        assert!(
+            wrong.starts_with(&format!(
+                "lease l1 was signed by approver key id {}, but --trust gave key id {}",
+                crate::evidence::sign::keyid(&approver.verifying_key()),
+                crate::evidence::sign::keyid(&runner.verifying_key())
+            )),
+            "{wrong}"
+        );
+        let changed = signature_failure(&l, &approver.verifying_key());
+        assert!(
+            changed.starts_with("lease l1: its content does not match its fingerprint")
+                && changed.contains("re-approve it"),
+            "{changed}"
+        );
+    }
 }
