@@ -196,9 +196,9 @@ pub trait Ledger {
     /// The files the runner's trust in this ledger rests on beyond its
     /// state dir, which the child must not reach: a named ledger directory,
     /// and the files its credentials come from (CONTRACT §7's reach).
-    fn protected_paths(&self) -> (Option<PathBuf>, Vec<PathBuf>) {
-        (None, Vec::new())
-    }
+    /// Required, not defaulted: a store that forgot its own would leave
+    /// them in the child's reach unsaid.
+    fn protected_paths(&self) -> (Option<PathBuf>, Vec<PathBuf>);
     /// The directory of a local store (its journal files and checkpoints).
     fn local_dir(&self) -> Option<&Path> {
         None
@@ -386,6 +386,31 @@ mod tests {
         assert_eq!(revoked(&l).into_iter().collect::<Vec<_>>(), ["lease-g"]);
         revoke(&l, "g", "lease-other", "ops").unwrap();
         assert!(revoked(&l).contains("lease-other"));
+    }
+
+    /// `journal list`'s attempts: every attempt of every Goal, an open one
+    /// whose runner holds no lock reading `unknown`.
+    #[test]
+    fn attempts_lists_every_goals_attempts() {
+        let d = tempfile::tempdir().unwrap();
+        let l = LocalLedger::state_dir(d.path());
+        for g in ["goal-a", "goal-b"] {
+            let mut j = journal::Journal::open(d.path(), g).unwrap();
+            j.append(executing(g, &format!("att-{g}"))).unwrap();
+        }
+        let entries = all_entries(&l).unwrap();
+        let mut listed: Vec<(String, AttemptState)> = attempts(&l, &entries)
+            .into_iter()
+            .map(|a| (a.attempt_id, a.state))
+            .collect();
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            listed,
+            [
+                ("att-goal-a".to_string(), AttemptState::Unknown),
+                ("att-goal-b".to_string(), AttemptState::Unknown)
+            ]
+        );
     }
 
     #[test]

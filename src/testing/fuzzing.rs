@@ -111,6 +111,9 @@ impl Ledger for MemoryLedger {
     fn attempt_is_live(&self, _attempt_id: &str) -> bool {
         false
     }
+    fn protected_paths(&self) -> (Option<PathBuf>, Vec<PathBuf>) {
+        (None, Vec::new())
+    }
 }
 
 /// The key the `verify_envelope` harness signs with (the public half is the
