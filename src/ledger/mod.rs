@@ -413,6 +413,45 @@ mod tests {
         );
     }
 
+    /// What a lease records of `--ledger`: a directory canonical (made,
+    /// with its `journal/`, by `for_lease`; only named by `lease_name`), a
+    /// PostgreSQL address normalised; an empty path or a NUL is refused.
+    #[test]
+    fn a_lease_records_the_ledger_canonical() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().canonicalize().unwrap();
+        let spec = LedgerSpec::parse(&format!("{}/./fleet", d.path().display())).unwrap();
+        let want = real.join("fleet").display().to_string();
+        assert_eq!(spec.lease_name().unwrap(), want, "named before it exists");
+        assert!(
+            !real.join("fleet").exists(),
+            "lease_name created the directory"
+        );
+        assert_eq!(spec.for_lease().unwrap(), want);
+        assert!(
+            real.join("fleet/journal").is_dir(),
+            "for_lease made journal/"
+        );
+        let pg = LedgerSpec::parse("postgresql://db.example/ledger").unwrap();
+        assert_eq!(
+            pg.lease_name().unwrap(),
+            "postgres://db.example:5432/ledger"
+        );
+        assert_eq!(pg.for_lease().unwrap(), "postgres://db.example:5432/ledger");
+        assert!(matches!(
+            LedgerSpec::parse(""),
+            Err(LedgerSpecError::EmptyPath)
+        ));
+        assert!(matches!(
+            LedgerSpec::parse("a\0b"),
+            Err(LedgerSpecError::EmptyPath)
+        ));
+        assert!(matches!(
+            LedgerSpec::parse("/srv/ledger"),
+            Ok(LedgerSpec::Path(_))
+        ));
+    }
+
     #[test]
     fn ledger_addresses_carry_no_credentials() {
         assert!(LedgerSpec::parse("postgres://u:secret@db/x").is_err());
