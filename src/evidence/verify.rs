@@ -952,6 +952,11 @@ mod tests {
         );
         let omitted = with_network(vec![connection("a.test", 443, false)], 3);
         assert!(check_network(&omitted, Some(5), None).is_empty(), "4 <= 5");
+        assert!(
+            check_network(&omitted, Some(4), None).is_empty(),
+            "1 + 3 <= 4"
+        );
+        assert_eq!(check_network(&omitted, Some(3), None).len(), 1, "1 + 3 > 3");
         let unmet = check_network(&omitted, Some(2), None);
         assert!(
             unmet.len() == 1 && unmet[0].contains("3 connection attempt(s) are only counted"),
