@@ -170,7 +170,8 @@ pub fn cli_main() -> i32 {
 /// The command line, or the exit code of a line clap could not parse (a
 /// `run` line is still a refusal document).
 fn parse() -> Result<Cli, i32> {
-    let parsed = if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
+    let is_run = std::env::args_os().nth(1).is_some_and(|a| a == "run");
+    let parsed = if is_run {
         cli::args::parse_run(std::env::args_os())
     } else {
         Cli::try_parse()
@@ -183,7 +184,6 @@ fn parse() -> Result<Cli, i32> {
                 let _ = e.print();
                 return Err(0);
             }
-            let is_run = std::env::args().nth(1).as_deref() == Some("run");
             if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand && !is_run {
                 // `governed-exec`, `governed-exec journal`: the help, on
                 // stderr, and bad usage (a CI line missing its subcommand

@@ -26,6 +26,9 @@ pub struct Cli {
 /// (clap builds the whole tree before it parses, ≈ 0.2 ms of a run of
 /// `/bin/true`). [`parse_run`] uses it when `run` is the first argument;
 /// a test holds the two trees' `run` to the same help and errors.
+/// `run`'s one line in `--help`, shared by both trees.
+const RUN_ABOUT: &str = "Run one request under a matching lease; print the signed receipt";
+
 #[derive(Debug, Parser)]
 #[command(name = "governed-exec", version)]
 struct RunOnly {
@@ -35,7 +38,7 @@ struct RunOnly {
 
 #[derive(Debug, Subcommand)]
 enum RunOnlyCommand {
-    /// Run one request under a matching lease; print the signed receipt.
+    #[command(about = RUN_ABOUT)]
     Run(Box<RunCmd>),
 }
 
@@ -65,7 +68,7 @@ pub enum Command {
     /// A human approves exactly one request identity (or every entry of an
     /// approvals file): sign leases into the manifest.
     Approve(Box<ApproveCmd>),
-    /// Run one request under a matching lease; print the signed receipt.
+    #[command(about = RUN_ABOUT)]
     Run(Box<RunCmd>),
     /// Check a receipt against a Goal's mandatory criteria.
     #[command(after_help = VERIFY_EXAMPLES)]
