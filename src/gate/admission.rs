@@ -550,23 +550,7 @@ fn open_identity(lease: &Lease, place: RunPlace<'_>) -> Staged<Opened> {
     if let Some(d) = identity::dir_difference("cwd", &body.cwd, &cwd.identity) {
         return refuse(6, Reason::CwdDrift, d);
     }
-    let exe = identity::open_executable(
-        &body.request.executable,
-        &body.env.path,
-        Path::new(&body.cwd.path),
-        body.executable
-            .size
-            .max(identity::DEFAULT_MAX_EXECUTABLE_BYTES),
-        Snapshot::Take,
-    )
-    .map_err(|e| {
-        let reason = match e {
-            // Not drift: this machine cannot make the copy that is executed.
-            identity::IdentityError::Snapshot { .. } => Reason::ExecFailed,
-            _ => Reason::ExecutableDrift,
-        };
-        (7, Refusal::for_lease(reason, e.to_string(), lease))
-    })?;
+    let exe = open_exe(lease, Path::new(&body.cwd.path))?;
     if let Some(d) = identity::executable_difference(&body.executable, &exe.identity) {
         return refuse(7, Reason::ExecutableDrift, d);
     }
@@ -592,6 +576,7 @@ fn open_exe(lease: &Lease, cwd: &Path) -> Staged<OpenedExecutable> {
     )
     .map_err(|e| {
         let reason = match e {
+            // Not drift: this machine cannot make the copy that is executed.
             identity::IdentityError::Snapshot { .. } => Reason::ExecFailed,
             _ => Reason::ExecutableDrift,
         };

@@ -383,17 +383,18 @@ fn through_index(
         Selection::Request { request, .. } => (Some(request_key(request)), None),
         Selection::LeaseId(id) => (None, Some(id_key(id))),
     };
+    let wanted = |l: &Line<'_>| {
+        want_request.as_deref() == Some(l.request) || want_id.as_deref() == Some(l.id)
+    };
     let mut leases = Vec::new();
-    let last_at = lines.len() - 1;
-    for (i, line) in lines.iter().enumerate() {
-        if want_request.as_deref() == Some(line.request) || want_id.as_deref() == Some(line.id) {
-            // The last lease was read and parsed above already.
-            leases.push(if i == last_at {
-                last_lease.clone()
-            } else {
-                lease_at(file, size, line)?
-            });
+    for line in &lines[..lines.len() - 1] {
+        if wanted(line) {
+            leases.push(lease_at(file, size, line)?);
         }
+    }
+    // The last lease was read and parsed above already.
+    if wanted(last) {
+        leases.push(last_lease);
     }
     // Everything was read from the manifest the index describes.
     if stamp(&file.metadata().ok()?) != stamp(before) {
@@ -639,5 +640,111 @@ mod tests {
         let meta = std::fs::metadata(&path).expect("stat");
         let _ = key;
         assert!(build(&meta, &bytes, &m).is_none());
+    }
+
+    /// Index `path` as `run` would, MAC'd with `key`, at `at`.
+    fn index(path: &Path, key: &[u8; 32], at: &Path) {
+        let bytes = std::fs::read(path).expect("r");
+        let parsed = lease::parse_manifest(path, &bytes).expect("parse");
+        let meta = std::fs::metadata(path).expect("stat");
+        let mut index = build(&meta, &bytes, &parsed).expect("indexable");
+        let mac = journal::hmac_sha256(key, index.as_bytes());
+        index.push_str(&format!("mac {}\n", hex::encode(mac)));
+        std::fs::write(at, index).expect("index");
+    }
+
+    #[test]
+    fn only_a_manifest_whose_layout_a_run_will_find_again_is_indexed() {
+        let (_d, path, m, _key, _at) = indexed();
+        let bytes = std::fs::read(&path).expect("r");
+        let meta = std::fs::metadata(&path).expect("stat");
+        assert!(build(&meta, &bytes, &m).is_some());
+        // What the full parse found must be what the tail gives.
+        let mut no_revocations = m.clone();
+        no_revocations.revocations.clear();
+        assert!(build(&meta, &bytes, &no_revocations).is_none());
+        let mut superseded = m.clone();
+        superseded.superseded.push(Supersession {
+            lease_id: "lease-2".into(),
+            by_lease: "lease-3".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+        });
+        assert!(build(&meta, &bytes, &superseded).is_none());
+        let mut empty = m.clone();
+        empty.leases.clear();
+        assert!(build(&meta, &bytes, &empty).is_none());
+        // Leases not first: the head a run checks is not canonical.
+        let reordered = serde_json::json!({
+            "schema": MANIFEST_SCHEMA,
+            "revocations": m.revocations,
+            "leases": m.leases,
+        });
+        let bytes = serde_json::to_vec(&reordered).expect("json");
+        let parsed = lease::parse_manifest(&path, &bytes).expect("a valid manifest");
+        assert_eq!(parsed.leases.len(), m.leases.len());
+        assert!(build(&meta, &bytes, &parsed).is_none());
+    }
+
+    #[test]
+    fn a_line_naming_the_right_request_but_another_lease_id_is_refused() {
+        // lease-3's line keeps its span and request key, but names lease-2's
+        // id: the span does not hold the lease the line names.
+        let (_d, path, m, key, at) = indexed();
+        forge(&at, &key, |mut l| {
+            let id2 = l[3].split(' ').nth(2).expect("id").to_string();
+            let mut f: Vec<String> = l[4].split(' ').map(str::to_string).collect();
+            f[2] = id2;
+            l[4] = f.join(" ");
+            l
+        });
+        assert!(read(&path, &key, &at, &by_request(&m, 2)).is_none());
+        // And the other way round: lease-2's id with lease-3's request.
+        let (_d, path, m, key, at) = indexed();
+        forge(&at, &key, |mut l| {
+            let req2 = l[3].split(' ').nth(1).expect("request").to_string();
+            let mut f: Vec<String> = l[4].split(' ').map(str::to_string).collect();
+            f[1] = req2;
+            l[4] = f.join(" ");
+            l
+        });
+        assert!(read(&path, &key, &at, &Selection::LeaseId("lease-3".into())).is_none());
+        assert!(read(&path, &key, &at, &by_request(&m, 1)).is_none());
+    }
+
+    #[test]
+    fn an_index_of_many_megabytes_is_still_read() {
+        // 60 000 lines that match nothing (about 2.6 MiB): a manifest of
+        // that many leases must not fall back to the full parse.
+        let (_d, path, m, key, at) = indexed();
+        forge(&at, &key, |l| {
+            let mut out = l[..4].to_vec();
+            out.extend((0..60_000).map(|i| format!("lease {i:016x} {i:016x} 0 1")));
+            out.push(l[4].clone());
+            out
+        });
+        assert!(std::fs::metadata(&at).expect("stat").len() > 2 * 1024 * 1024);
+        let got = read(&path, &key, &at, &by_request(&m, 1)).expect("the index is used");
+        assert_eq!(got.leases, vec![m.leases[1].clone()]);
+    }
+
+    #[test]
+    fn the_tail_is_read_through_the_index_up_to_its_bound_and_no_further() {
+        let (_d, path, m, key, at) = indexed();
+        let bytes = std::fs::read(&path).expect("r");
+        let spans = std::fs::read_to_string(&at).expect("index");
+        let last = parse_line(spans.lines().nth(4).expect("last lease")).expect("line");
+        let tail = bytes.len() as u64 - (last.offset + last.len);
+        // Trailing whitespace is part of the tail: pad it to the bound.
+        let pad = |n: u64| {
+            let mut b = bytes.clone();
+            b.resize(bytes.len() + usize::try_from(n).expect("n"), b' ');
+            std::fs::write(&path, &b).expect("w");
+            index(&path, &key, &at);
+        };
+        pad(MAX_TAIL_BYTES - tail);
+        let got = read(&path, &key, &at, &by_request(&m, 1)).expect("a tail at the bound");
+        assert_eq!(got.revocations, m.revocations);
+        pad(MAX_TAIL_BYTES - tail + 1);
+        assert!(read(&path, &key, &at, &by_request(&m, 1)).is_none());
     }
 }
