@@ -1586,6 +1586,13 @@ pub(crate) mod tests {
         remac(&mut c, &key);
         assert!(!checkpoint_trusted(&c, &key, &bytes), "next_seq not bound");
         let mut c = cp.clone();
+        c.lines = 0;
+        remac(&mut c, &key);
+        assert!(
+            !checkpoint_trusted(&c, &key, &bytes),
+            "no records claimed for a prefix that holds some"
+        );
+        let mut c = cp.clone();
         c.summary.last_digest = GENESIS.into();
         remac(&mut c, &key);
         assert!(
@@ -1907,5 +1914,172 @@ pub(crate) mod tests {
         })
         .unwrap();
         assert!(j.open_attempts(d.path()).is_empty());
+    }
+
+    /// What the audit says of a checkpoint beyond its authenticity: none at
+    /// all is no problem (a journal of fewer than 16 records has none); one
+    /// that cannot be read is a problem; an authentic one whose summary is
+    /// not the one its records fold to names what differs.
+    #[test]
+    fn the_audit_reads_a_missing_unreadable_or_disagreeing_checkpoint_for_what_it_is() {
+        let d = tempfile::tempdir().unwrap();
+        append_n(d.path(), 3);
+        let jp = journal_path(d.path());
+        let bytes = fs::read(&jp).unwrap();
+        let a = audit(&jp, &bytes).unwrap();
+        assert!(a.problems.is_empty() && a.notes.is_empty(), "{a:?}");
+        assert_eq!(a.records, 3);
+        // A directory where the checkpoint goes: unreadable, said so.
+        fs::create_dir_all(checkpoint_path(&jp)).unwrap();
+        let a = audit(&jp, &bytes).unwrap();
+        assert_eq!(a.problems.len(), 1, "{:?}", a.problems);
+        assert!(
+            a.problems[0].starts_with(&format!("checkpoint {}: ", checkpoint_path(&jp).display())),
+            "{:?}",
+            a.problems
+        );
+        // Authentic and bound to the chain, but summarising a use that no
+        // record spent.
+        let (d, cp, key, bytes) = setup_checkpoint();
+        let jp = journal_path(d.path());
+        let mut lying = cp.clone();
+        lying.summary.uses.insert("lease-x".into(), 1);
+        remac(&mut lying, &key);
+        assert!(checkpoint_trusted(&lying, &key, &bytes));
+        fs::write(checkpoint_path(&jp), serde_json::to_vec(&lying).unwrap()).unwrap();
+        let a = audit(&jp, &bytes).unwrap();
+        assert_eq!(
+            a.problems,
+            [format!(
+                "checkpoint {} disagrees with the state re-derived from the journal's first 16 records (lease lease-x: no use spent, checkpoint says some)",
+                checkpoint_path(&jp).display()
+            )]
+        );
+    }
+
+    /// The difference is named field by field, and only where there is one.
+    #[test]
+    fn a_summary_difference_names_each_field_that_differs() {
+        let base = || {
+            let mut s = Summary::new();
+            s.next_seq = 4;
+            s.uses.insert("a".into(), 2);
+            s.revoked.insert("r".into());
+            s
+        };
+        let open = || OpenAttempt {
+            lease_id: "a".into(),
+            goal_id: "g".into(),
+            goal_revision: 1,
+            started_at: "t".into(),
+            executing_record_sha256: "e".into(),
+            result_unknown: false,
+        };
+        let diff = |f: &dyn Fn(&mut Summary), g: &dyn Fn(&mut Summary)| {
+            let (mut derived, mut claimed) = (base(), base());
+            f(&mut derived);
+            g(&mut claimed);
+            summary_difference(&derived, &claimed)
+        };
+        let none = |_: &mut Summary| {};
+        assert_eq!(diff(&none, &|c| c.next_seq = 5), "chain position");
+        assert_eq!(
+            diff(&none, &|c| c.last_digest = "x".into()),
+            "chain position"
+        );
+        assert_eq!(
+            diff(&none, &|c| {
+                c.uses.insert("a".into(), 1);
+            }),
+            "lease a: 2 uses spent, checkpoint says 1"
+        );
+        assert_eq!(
+            diff(
+                &|d| {
+                    d.uses.insert("b".into(), 1);
+                },
+                &none
+            ),
+            "lease b: 1 uses spent, checkpoint says 0"
+        );
+        assert_eq!(
+            diff(&none, &|c| {
+                c.uses.insert("b".into(), 1);
+            }),
+            "lease b: no use spent, checkpoint says some"
+        );
+        assert_eq!(
+            diff(
+                &|d| {
+                    d.open.insert("x".into(), open());
+                },
+                &none
+            ),
+            "attempt x is open, the checkpoint hides it"
+        );
+        assert_eq!(
+            diff(&none, &|c| {
+                c.revoked.clear();
+            }),
+            "revocations differ"
+        );
+        // An attempt the checkpoint says is open that the records closed.
+        assert_eq!(
+            diff(&none, &|c| {
+                c.open.insert("x".into(), open());
+            }),
+            "open attempts differ"
+        );
+        assert_eq!(
+            diff(&|d| d.next_seq = 9, &|c| c.revoked.clear()),
+            "chain position; revocations differ"
+        );
+    }
+
+    /// An attempt blocks its Goal in the audit when its result said
+    /// `unknown`, or when no runner holds it any more; one a live runner
+    /// holds does not.
+    #[test]
+    fn the_audit_blocks_on_unknown_or_abandoned_attempts_not_on_live_ones() {
+        let d = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(d.path(), "g").unwrap();
+        for a in ["abandoned", "live", "unknown"] {
+            j.append(executing("g", a, "l", 9)).unwrap();
+        }
+        j.append(Event::Result {
+            attempt_id: "unknown".into(),
+            outcome: OutcomeClass::Unknown,
+            reason: None,
+            exit_code: None,
+            signal: None,
+            cleanup: CleanupState::NotConfirmed,
+            receipt_sha256: "r".into(),
+        })
+        .unwrap();
+        drop(j);
+        let _live = AttemptLock::acquire(d.path(), "live").unwrap();
+        let _also_live = AttemptLock::acquire(d.path(), "unknown").unwrap();
+        let jp = journal_path(d.path());
+        let a = audit(&jp, &fs::read(&jp).unwrap()).unwrap();
+        assert_eq!(a.blocking, ["abandoned", "unknown"]);
+    }
+
+    /// A lease may spend exactly its `max_uses`; one more is a violation.
+    #[test]
+    fn spending_the_last_use_keeps_the_invariant_and_one_more_breaks_it() {
+        let d = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(d.path(), "g").unwrap();
+        j.append(executing("g", "a1", "l", 2)).unwrap();
+        j.append(executing("g", "a2", "l", 2)).unwrap();
+        let entries = |d: &Path| {
+            let bytes = fs::read(journal_path(d)).unwrap();
+            parse_chain(Path::new("t"), &bytes).unwrap()
+        };
+        assert!(invariant_violations(&entries(d.path())).is_empty());
+        j.append(executing("g", "a3", "l", 2)).unwrap();
+        assert_eq!(
+            invariant_violations(&entries(d.path())),
+            ["record 2: lease l spent use 3 of 2"]
+        );
     }
 }
