@@ -766,15 +766,25 @@ mod tests {
     }
 
     fn decide(leases: Vec<Lease>, now: SystemTime) -> Refusal {
-        let trusted = SigningKey::from_bytes(&[1u8; 32]);
-        let manifest = Manifest {
+        decide_in(manifest_of(leases), now, |_| {})
+    }
+
+    fn manifest_of(leases: Vec<Lease>) -> Manifest {
+        Manifest {
             schema: MANIFEST_SCHEMA.into(),
             leases,
             revocations: vec![],
             superseded: vec![],
             foreign: vec![],
-        };
+        }
+    }
+
+    /// Admission of `request()` against `manifest`, with a state-dir ledger
+    /// that `ledger` may fill (or whose attempts it may hold) first.
+    fn decide_in(manifest: Manifest, now: SystemTime, ledger: impl FnOnce(&Path)) -> Refusal {
+        let trusted = SigningKey::from_bytes(&[1u8; 32]);
         let dir = tempfile::tempdir().unwrap();
+        ledger(dir.path());
         let store = crate::ledger::LocalLedger::state_dir(dir.path());
         let session = crate::ledger::Ledger::open_goal(&store, "g").unwrap();
         let g = goal();
@@ -787,7 +797,10 @@ mod tests {
             workspace: None,
             here: dir.path(),
         };
-        let prepared = prepare(&manifest, &g, &vk, now, &sel, place).unwrap();
+        let prepared = match prepare(&manifest, &g, &vk, now, &sel, place) {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
         let ctx = Context {
             manifest: &manifest,
             goal: &g,
@@ -1019,6 +1032,179 @@ mod tests {
             changed.starts_with("lease l1: its content does not match its fingerprint")
                 && changed.contains("re-approve it"),
             "{changed}"
+        );
+    }
+
+    /// Only this lease's own revocation refuses it; another lease's, in the
+    /// manifest or in the ledger, does not.
+    #[test]
+    fn a_revocation_refuses_only_the_lease_it_names() {
+        let k = trusted();
+        let now = at(T0 + 1);
+        let revoked = |ids: &[&str]| {
+            let mut m = manifest_of(vec![lease("l", &k, T0, T0 + 60)]);
+            m.revocations = ids
+                .iter()
+                .map(|id| crate::model::Revocation {
+                    lease_id: id.to_string(),
+                    by: "t".into(),
+                    at: "t".into(),
+                })
+                .collect();
+            decide_in(m, now, |_| {}).reason
+        };
+        assert_eq!(revoked(&[]), Reason::WorkspaceDrift);
+        assert_eq!(revoked(&["other"]), Reason::WorkspaceDrift);
+        assert_eq!(revoked(&["other", "l"]), Reason::LeaseRevoked);
+        let in_ledger = |id: &str| {
+            let m = manifest_of(vec![lease("l", &k, T0, T0 + 60)]);
+            decide_in(m, now, |d| {
+                let mut j = crate::ledger::journal::Journal::open(d, "g").unwrap();
+                j.append(crate::model::record::Event::Revocation {
+                    lease_id: id.into(),
+                    by: "t".into(),
+                })
+                .unwrap();
+            })
+            .reason
+        };
+        assert_eq!(in_ledger("other"), Reason::WorkspaceDrift);
+        assert_eq!(in_ledger("l"), Reason::LeaseRevoked);
+    }
+
+    /// An attempt whose outcome is unknown (its runner gone) blocks the
+    /// Goal until a person resolves it; one a live runner still holds does
+    /// not.
+    #[test]
+    fn an_unknown_attempt_blocks_the_goal_and_a_running_one_does_not() {
+        let k = trusted();
+        let now = at(T0 + 1);
+        let m = || manifest_of(vec![lease("l", &k, T0, T0 + 60)]);
+        let started = |d: &Path, attempt: &str| {
+            let mut j = crate::ledger::journal::Journal::open(d, "g").unwrap();
+            j.append(crate::ledger::journal::tests::executing(
+                "g", attempt, "other", 9,
+            ))
+            .unwrap();
+        };
+        let r = decide_in(m(), now, |d| started(d, "crashed"));
+        assert_eq!(r.reason, Reason::UnresolvedUnknownOutcome);
+        assert!(
+            r.message
+                .contains("governed-exec resolve --attempt crashed"),
+            "{}",
+            r.message
+        );
+        let mut held = None;
+        let r = decide_in(m(), now, |d| {
+            started(d, "running");
+            held = Some(crate::ledger::journal::AttemptLock::acquire(d, "running").unwrap());
+        });
+        assert_eq!(r.reason, Reason::WorkspaceDrift);
+        drop(held);
+    }
+
+    /// A lease in a format this release does not read is named as such,
+    /// but only when it is the one the request or the id asks for.
+    #[test]
+    fn a_foreign_lease_is_named_only_when_it_is_the_one_asked_for() {
+        let g = goal();
+        let vk = trusted().verifying_key();
+        let dir = tempfile::tempdir().unwrap();
+        let place = RunPlace {
+            workspace: None,
+            here: dir.path(),
+        };
+        let mut other = request();
+        other.argv = vec!["x".into()];
+        let foreign = |id: Option<&str>, r: Option<&Request>| ForeignLease {
+            format: 99,
+            lease_id: id.map(str::to_string),
+            request: r.map(|r| serde_json::to_value(r).unwrap()),
+            raw: "{}".into(),
+        };
+        let reason = |f: ForeignLease, sel: Selection| {
+            let mut m = manifest_of(vec![]);
+            m.foreign.push(f);
+            match prepare(&m, &g, &vk, at(T0), &sel, place) {
+                Ok(_) => panic!("prepared with no lease"),
+                Err(r) => r.reason,
+            }
+        };
+        let by_request = |r: &Request| Selection::Request {
+            request: r.clone(),
+            profile_given: true,
+        };
+        let by_id = |id: &str| Selection::LeaseId(id.into());
+        assert_eq!(
+            reason(foreign(Some("f"), Some(&request())), by_request(&request())),
+            Reason::LeaseFormatUnsupported
+        );
+        assert_eq!(
+            reason(foreign(Some("f"), Some(&other)), by_request(&request())),
+            Reason::NoMatchingLease
+        );
+        assert_eq!(
+            reason(foreign(Some("f"), None), by_request(&request())),
+            Reason::NoMatchingLease
+        );
+        assert_eq!(
+            reason(foreign(Some("f"), None), by_id("f")),
+            Reason::LeaseFormatUnsupported
+        );
+        assert_eq!(
+            reason(foreign(Some("f"), None), by_id("g")),
+            Reason::NoMatchingLease
+        );
+        assert_eq!(
+            reason(foreign(None, None), by_id("f")),
+            Reason::NoMatchingLease
+        );
+    }
+
+    /// Nothing is opened or hashed for a lease that cannot pass: one signed
+    /// by another key, bound to another Goal, or outside its window is
+    /// refused without touching its executable (which may be large, or
+    /// planted).
+    #[test]
+    fn prepare_opens_the_identity_only_of_a_lease_that_could_pass() {
+        let k = trusted();
+        let other_key = SigningKey::from_bytes(&[2u8; 32]);
+        let mut other_goal = lease("other-goal", &k, T0, T0 + 60).body;
+        other_goal.goal.id = "h".into();
+        let leases = vec![
+            lease("could-pass", &k, T0, T0 + 60),
+            lease("other-key", &other_key, T0, T0 + 60),
+            lease::seal(other_goal, &k),
+            lease("expired", &k, T0 - 120, T0 - 60),
+            lease("not-yet", &k, T0 + 60, T0 + 120),
+        ];
+        let m = manifest_of(leases);
+        let dir = tempfile::tempdir().unwrap();
+        let opened: Vec<(String, bool)> = m
+            .leases
+            .iter()
+            .map(|l| {
+                let sel = Selection::LeaseId(l.body.lease_id.clone());
+                let place = RunPlace {
+                    workspace: None,
+                    here: dir.path(),
+                };
+                let p = prepare(&m, &goal(), &k.verifying_key(), at(T0), &sel, place)
+                    .unwrap_or_else(|r| panic!("{}", r.message));
+                assert_eq!(p.candidates.len(), 1);
+                (l.body.lease_id.clone(), p.candidates[0].1.is_some())
+            })
+            .collect();
+        assert_eq!(
+            opened,
+            [
+                ("could-pass".to_string(), true),
+                ("other-key".into(), false),
+                ("other-goal".into(), false),
+                ("expired".into(), false),
+                ("not-yet".into(), false),
+            ]
         );
     }
 }
