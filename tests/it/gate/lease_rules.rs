@@ -115,8 +115,24 @@ fn uses_are_finite_and_counted_by_actual_spawns() {
     let log = e.path("spawns.log");
     let probe = ["sh", "-c", &format!("echo x >> {}", log.display())];
     e.approve(&["--uses", "2"], &probe);
-    assert_eq!(e.run(&[], &probe).code, 0);
-    assert_eq!(e.run(&[], &probe).code, 0);
+    for n in 1..=2 {
+        let r = e.run(&[], &probe);
+        assert_eq!(r.code, 0);
+        // The executing record numbers the use it spends.
+        let attempt = r.predicate()["attempt_id"]
+            .as_str()
+            .expect("attempt")
+            .to_string();
+        let o = output(
+            cmd()
+                .args(["journal", "show", &attempt, "--json"])
+                .arg("--state-dir")
+                .arg(&e.state),
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(v["records"][0]["event"]["use_number"], n);
+        assert_eq!(v["records"][0]["event"]["max_uses"], 2);
+    }
     let r = e.run(&[], &probe);
     r.assert_refused("lease_exhausted");
     assert_eq!(line_count(&log), 2);
