@@ -277,6 +277,10 @@ fn new_snapshot(canonical: &Path) -> std::io::Result<File> {
         name.push_str("governed-exec");
     }
     let cname = std::ffi::CString::new(name).unwrap_or_default();
+    if crate::testing::fault::fail("snapshot_refused") {
+        // What a kernel with `vm.memfd_noexec = 2` answers.
+        return Err(std::io::Error::from_raw_os_error(libc::EACCES));
+    }
     Ok(File::from(sys::memfd_for_exec(&cname)?))
 }
 

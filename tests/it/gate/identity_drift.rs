@@ -94,3 +94,21 @@ fn missing_executable_is_refused_at_approve() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("no-such-tool-xyz"));
 }
+
+/// A machine that cannot make the sealed copy to execute (here, as under
+/// `vm.memfd_noexec = 2`) refuses `exec_failed`: the executable did not
+/// drift, and the lease keeps its use.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_snapshot_this_machine_cannot_make_is_exec_failed_not_drift() {
+    let e = Env::new();
+    e.approve(&["--uses", "1"], &["true"]);
+    let r = finish_run(output(
+        e.run_cmd(&[], &["true"])
+            .env("GOVERNED_EXEC_FAULT", "snapshot_refused"),
+    ));
+    r.assert_refused("exec_failed");
+    assert!(r.stderr.contains("os error 13"), "{}", r.stderr);
+    let r = e.run(&[], &["true"]);
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+}
