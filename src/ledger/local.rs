@@ -214,3 +214,38 @@ impl AttemptHold for LocalAttempt {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A named ledger is used only where `approve` made it: its `journal`
+    /// must be a real directory, never a file or a symlink (which could
+    /// carry the records elsewhere), and it is never re-created by `run`.
+    #[test]
+    fn a_named_ledger_needs_its_journal_directory_itself() {
+        let d = tempfile::tempdir().unwrap();
+        let ledger = LocalLedger::named(d.path());
+        let refused = |l: &LocalLedger| match l.open_goal("g") {
+            Err(LedgerError::Unavailable(m)) => m,
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("opened"),
+        };
+        assert!(
+            refused(&ledger).contains("a ledger is created by approve, never re-created by run")
+        );
+        assert!(!d.path().join("journal").exists());
+        std::fs::write(d.path().join("journal"), b"").unwrap();
+        assert!(refused(&ledger).ends_with("journal is not a directory"));
+        std::fs::remove_file(d.path().join("journal")).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), d.path().join("journal")).unwrap();
+        assert!(refused(&ledger).ends_with("journal is not a directory"));
+        std::fs::remove_file(d.path().join("journal")).unwrap();
+        std::fs::create_dir(d.path().join("journal")).unwrap();
+        assert!(ledger.open_goal("g").is_ok());
+        // The state dir is the runner's own: made when missing.
+        let state = d.path().join("state");
+        assert!(LocalLedger::state_dir(&state).open_goal("g").is_ok());
+    }
+}
