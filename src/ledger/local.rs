@@ -50,20 +50,29 @@ impl LocalLedger {
                 self.dir.display(),
                 j.display()
             ))),
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                Err(LedgerError::Unavailable(format!(
-                    "ledger {}: {}: {e}{}",
-                    self.dir.display(),
-                    j.display(),
-                    crate::os::safe_io::permission_hint(&j, &e)
-                )))
-            }
-            Err(e) => Err(LedgerError::Unavailable(format!(
+            Err(e) => Err(self.journal_unreachable(&j, &e)),
+        }
+    }
+}
+
+impl LocalLedger {
+    /// Why a named ledger's `journal/` cannot be reached: a permission
+    /// (with the owner, mode and uid to fix), or gone (never re-created).
+    fn journal_unreachable(&self, j: &Path, e: &std::io::Error) -> LedgerError {
+        LedgerError::Unavailable(if e.kind() == std::io::ErrorKind::PermissionDenied {
+            format!(
+                "ledger {}: {}: {e}{}",
+                self.dir.display(),
+                j.display(),
+                crate::os::safe_io::permission_hint(j, e)
+            )
+        } else {
+            format!(
                 "ledger {}: {}: {e}; a ledger is created by approve, never re-created by run (is its file system mounted?)",
                 self.dir.display(),
                 j.display()
-            ))),
-        }
+            )
+        })
     }
 }
 
@@ -244,6 +253,20 @@ mod tests {
         std::fs::remove_file(d.path().join("journal")).unwrap();
         std::fs::create_dir(d.path().join("journal")).unwrap();
         assert!(ledger.open_goal("g").is_ok());
+        // Not there for want of permission: not said to be gone.
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let LedgerError::Unavailable(m) = ledger.journal_unreachable(Path::new("/j"), &denied)
+        else {
+            panic!("not unavailable");
+        };
+        assert!(
+            m.starts_with(&format!(
+                "ledger {}: /j: permission denied",
+                d.path().display()
+            )),
+            "{m}"
+        );
+        assert!(!m.contains("never re-created"), "{m}");
         // The state dir is the runner's own: made when missing.
         let state = d.path().join("state");
         assert!(LocalLedger::state_dir(&state).open_goal("g").is_ok());
