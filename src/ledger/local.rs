@@ -271,4 +271,17 @@ mod tests {
         let state = d.path().join("state");
         assert!(LocalLedger::state_dir(&state).open_goal("g").is_ok());
     }
+
+    /// What the child must not reach of a local store: a named ledger's
+    /// directory (the state dir is protected as the state dir already); a
+    /// local store has no credential files.
+    #[test]
+    fn a_named_ledger_protects_its_directory_and_a_state_dir_nothing_more() {
+        let p = Path::new("/srv/ledger");
+        assert_eq!(
+            LocalLedger::named(p).protected_paths(),
+            (Some(p.to_path_buf()), vec![])
+        );
+        assert_eq!(LocalLedger::state_dir(p).protected_paths(), (None, vec![]));
+    }
 }
