@@ -284,4 +284,43 @@ mod tests {
         );
         assert_eq!(LocalLedger::state_dir(p).protected_paths(), (None, vec![]));
     }
+
+    #[test]
+    fn a_named_ledger_says_so_and_both_kinds_are_local_directories() {
+        let p = Path::new("/srv/ledger");
+        assert!(LocalLedger::named(p).is_named());
+        assert!(!LocalLedger::state_dir(p).is_named());
+        assert_eq!(LocalLedger::named(p).local_dir(), Some(p));
+        assert_eq!(LocalLedger::state_dir(p).local_dir(), Some(p));
+    }
+
+    /// A spent attempt is held (live to any reader) until its runner
+    /// releases it; released, it leaves no lock file behind (only a
+    /// crashed runner's stays, which is what makes its outcome unknown).
+    #[test]
+    fn a_spent_attempt_is_live_until_released_and_leaves_nothing_behind() {
+        let d = tempfile::tempdir().unwrap();
+        let ledger = LocalLedger::state_dir(d.path());
+        let session = ledger.open_goal("g").unwrap();
+        let executing = crate::ledger::journal::tests::executing("g", "a1", "l", 1);
+        let (_committed, mut hold) = session.spend("a1", executing).unwrap();
+        assert!(ledger.attempt_is_live("a1"));
+        let lock_file = d.path().join("attempts").join("a1.lock");
+        assert!(lock_file.exists());
+        hold.record_result(Event::Result {
+            attempt_id: "a1".into(),
+            outcome: crate::model::OutcomeClass::Exited,
+            reason: None,
+            exit_code: Some(0),
+            signal: None,
+            cleanup: crate::model::CleanupState::Gone,
+            receipt_sha256: "r".into(),
+        })
+        .unwrap();
+        hold.release();
+        assert!(!ledger.attempt_is_live("a1"));
+        assert!(!lock_file.exists());
+        let session = ledger.open_goal("g").unwrap();
+        assert!(crate::ledger::open_attempts(&*session).is_empty());
+    }
 }
