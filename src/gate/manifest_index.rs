@@ -741,10 +741,12 @@ mod tests {
             std::fs::write(&path, &b).expect("w");
             index(&path, &key, &at);
         };
-        pad(MAX_TAIL_BYTES - tail);
+        // The bound in its own words, not the constant's: 4 MiB.
+        let bound: u64 = 4 << 20;
+        pad(bound - tail);
         let got = read(&path, &key, &at, &by_request(&m, 1)).expect("a tail at the bound");
         assert_eq!(got.revocations, m.revocations);
-        pad(MAX_TAIL_BYTES - tail + 1);
+        pad(bound - tail + 1);
         assert!(read(&path, &key, &at, &by_request(&m, 1)).is_none());
     }
 }
