@@ -485,11 +485,7 @@ mod tests {
         let at = dir.path().join("index");
         let bytes = std::fs::read(&path).expect("r");
         let parsed = lease::parse_manifest(&path, &bytes).expect("parse");
-        let meta = std::fs::metadata(&path).expect("stat");
-        let mut index = build(&meta, &bytes, &parsed).expect("indexable");
-        let mac = journal::hmac_sha256(&mac_key, index.as_bytes());
-        index.push_str(&format!("mac {}\n", hex::encode(mac)));
-        std::fs::write(&at, index).expect("index");
+        index(&path, &mac_key, &at);
         (dir, path, parsed, mac_key, at)
     }
 

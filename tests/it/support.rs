@@ -196,6 +196,18 @@ impl Env {
         self.state.join("runner.pub")
     }
 
+    /// `journal show ATTEMPT --json` of this state dir, parsed.
+    pub fn journal_show(&self, attempt: &str) -> serde_json::Value {
+        let o = output(
+            cmd()
+                .args(["journal", "show", attempt, "--json"])
+                .arg("--state-dir")
+                .arg(&self.state),
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).expect("journal show --json")
+    }
+
     /// Run, save the receipt to `name`, and return its path.
     pub fn run_to_file(&self, name: &str, command: &[&str]) -> (Run, PathBuf) {
         let r = self.run(&[], command);

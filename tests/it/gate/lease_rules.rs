@@ -123,13 +123,7 @@ fn uses_are_finite_and_counted_by_actual_spawns() {
             .as_str()
             .expect("attempt")
             .to_string();
-        let o = output(
-            cmd()
-                .args(["journal", "show", &attempt, "--json"])
-                .arg("--state-dir")
-                .arg(&e.state),
-        );
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        let v = e.journal_show(&attempt);
         assert_eq!(v["records"][0]["event"]["use_number"], n);
         assert_eq!(v["records"][0]["event"]["max_uses"], 2);
     }

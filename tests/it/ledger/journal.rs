@@ -268,14 +268,7 @@ fn journal_show_and_verify_cross_check_the_receipt() {
         .as_str()
         .expect("attempt")
         .to_string();
-    let o = output(
-        cmd()
-            .args(["journal", "show", &attempt, "--json"])
-            .arg("--state-dir")
-            .arg(&e.state),
-    );
-    assert!(o.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let v = e.journal_show(&attempt);
     assert_eq!(v["records"][0]["event"]["kind"], "executing");
     assert_eq!(v["records"][1]["event"]["kind"], "result");
     let o = output(
