@@ -535,10 +535,14 @@ mod tests {
         let text = std::fs::read_to_string(at).expect("r");
         let body = &text[..text.rfind("mac ").expect("mac")];
         let lines: Vec<String> = body.lines().map(str::to_string).collect();
-        let mut out = f(lines).join("\n") + "\n";
-        let mac = journal::hmac_sha256(key, out.as_bytes());
-        out.push_str(&format!("mac {}\n", hex::encode(mac)));
-        std::fs::write(at, out).expect("w");
+        write_with_mac(at, key, f(lines).join("\n") + "\n");
+    }
+
+    /// `body` and its MAC line, as `PendingIndex::write` writes them.
+    fn write_with_mac(at: &Path, key: &[u8; 32], mut body: String) {
+        let mac = journal::hmac_sha256(key, body.as_bytes());
+        body.push_str(&format!("mac {}\n", hex::encode(mac)));
+        std::fs::write(at, body).expect("index");
     }
 
     #[test]
@@ -643,10 +647,7 @@ mod tests {
         let bytes = std::fs::read(path).expect("r");
         let parsed = lease::parse_manifest(path, &bytes).expect("parse");
         let meta = std::fs::metadata(path).expect("stat");
-        let mut index = build(&meta, &bytes, &parsed).expect("indexable");
-        let mac = journal::hmac_sha256(key, index.as_bytes());
-        index.push_str(&format!("mac {}\n", hex::encode(mac)));
-        std::fs::write(at, index).expect("index");
+        write_with_mac(at, key, build(&meta, &bytes, &parsed).expect("indexable"));
     }
 
     #[test]
