@@ -186,23 +186,18 @@ impl PgLedger {
             cfg.password(p);
         }
         let mode = env.sslmode.as_deref().unwrap_or("prefer");
-        let client = match mode {
-            "disable" => cfg.ssl_mode(SslMode::Disable).connect(NoTls),
-            "allow" | "prefer" | "require" | "verify-ca" | "verify-full" => {
+        let client = match ssl_mode(mode) {
+            Some(SslMode::Disable) => cfg.ssl_mode(SslMode::Disable).connect(NoTls),
+            Some(ssl) => {
                 let tls = tls_config(mode, env.sslrootcert.as_deref())
                     .map_err(|e| self.unavailable("TLS", e))?;
-                let ssl = if mode == "allow" || mode == "prefer" {
-                    SslMode::Prefer
-                } else {
-                    SslMode::Require
-                };
                 cfg.ssl_mode(ssl)
                     .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
             }
-            other => {
+            None => {
                 return Err(self.unavailable(
                     "PGSSLMODE",
-                    format!("{other:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"),
+                    format!("{mode:?} is not one of disable, allow, prefer, require, verify-ca, verify-full"),
                 ))
             }
         };
@@ -940,6 +935,19 @@ impl ServerCertVerifier for Verifier {
     }
 }
 
+/// How libpq's `PGSSLMODE` is carried out: `allow` and `prefer` take TLS
+/// when the server offers it; `require`, `verify-ca` and `verify-full`
+/// refuse a server without it (the last two also check its certificate,
+/// in `tls_config`). `None` for a mode libpq does not have.
+fn ssl_mode(mode: &str) -> Option<SslMode> {
+    match mode {
+        "disable" => Some(SslMode::Disable),
+        "allow" | "prefer" => Some(SslMode::Prefer),
+        "require" | "verify-ca" | "verify-full" => Some(SslMode::Require),
+        _ => None,
+    }
+}
+
 /// What a PostgreSQL error was, in the server's own words: its severity,
 /// SQLSTATE, message, detail and hint (`FATAL 28000: role "ci" does not
 /// exist`), or, for a failure before the server said anything, every cause
@@ -1080,5 +1088,42 @@ mod tests {
         assert_eq!(pgpass(&t, "alice").as_deref(), Some("s:ecret"));
         assert_eq!(pgpass(&t, "bob"), None);
         std::env::remove_var("PGPASSFILE");
+    }
+
+    #[test]
+    fn each_sslmode_is_carried_out_as_libpq_means_it() {
+        assert_eq!(ssl_mode("disable"), Some(SslMode::Disable));
+        assert_eq!(ssl_mode("allow"), Some(SslMode::Prefer));
+        assert_eq!(ssl_mode("prefer"), Some(SslMode::Prefer));
+        for strict in ["require", "verify-ca", "verify-full"] {
+            assert_eq!(ssl_mode(strict), Some(SslMode::Require), "{strict}");
+        }
+        assert_eq!(ssl_mode("verify_full"), None);
+        assert_eq!(ssl_mode(""), None);
+    }
+
+    /// A ledger address names a host (letters, digits, `-._:`), an optional
+    /// port and a database (letters, digits, `_-.`); anything else is
+    /// refused, naming the part.
+    #[test]
+    fn an_address_takes_only_a_plain_host_port_and_database() {
+        let t = PgTarget::parse("postgres://db-1.example_x:6432/ledger_a-1.b").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.dbname.as_str()),
+            ("db-1.example_x", 6432, "ledger_a-1.b")
+        );
+        for (bad, part) in [
+            ("postgres:///ledger", "host"),
+            ("postgres://:5432/ledger", "host"),
+            ("postgres://db$x/ledger", "host"),
+            ("postgres://db x/ledger", "host"),
+            ("postgres://db/led$ger", "database"),
+            ("postgres://db/led/ger", "database"),
+            ("postgres://db/", "database"),
+            ("postgres://db:port/ledger", "port"),
+        ] {
+            let e = PgTarget::parse(bad).expect_err(bad).to_string();
+            assert!(e.starts_with(&format!("--ledger: {part} ")), "{bad}: {e}");
+        }
     }
 }
