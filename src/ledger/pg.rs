@@ -1125,5 +1125,17 @@ mod tests {
             let e = PgTarget::parse(bad).expect_err(bad).to_string();
             assert!(e.starts_with(&format!("--ledger: {part} ")), "{bad}: {e}");
         }
+        // A user, a query or a fragment: credentials and options come from
+        // the libpq environment only.
+        for bad in [
+            "postgres://u@db/ledger",
+            "postgres://db/ledger?sslmode=disable",
+            "postgres://db/ledger#x",
+        ] {
+            assert!(
+                matches!(PgTarget::parse(bad), Err(AddressError::Credentials)),
+                "{bad}"
+            );
+        }
     }
 }
