@@ -496,3 +496,86 @@ fn verify_full_refuses_a_certificate_for_another_name() {
         assert_eq!(code, Some(0), "{address} {mode}: {err}");
     }
 }
+
+/// A run on a PostgreSQL ledger names it in the receipt (by address, never
+/// a credential), and the libpq password file the runner reads is one
+/// channel of the child's reach: here, a root child with no isolation,
+/// reachable, and said so.
+#[test]
+fn the_receipt_names_the_ledger_and_its_password_file_in_the_reach() {
+    let pg = need_pg!();
+    let e = Env::new();
+    let ledger = pg.new_ledger();
+    e.approve(&["--ledger", &ledger], &["true"]);
+    let pgpass = e.path("pgpass");
+    std::fs::write(&pgpass, "# no entry: PGPASSWORD is given\n").unwrap();
+    std::fs::set_permissions(&pgpass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let r = finish_run(output(e.run_cmd(&[], &["true"]).env("PGPASSFILE", &pgpass)));
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(r.predicate()["ledger"], ledger.as_str());
+    let entry = r.predicate()["isolation"]["reach"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|x| x["channel"] == "ledger_credentials")
+                .cloned()
+        })
+        .expect("a ledger_credentials reach entry");
+    assert_eq!(entry["path"], pgpass.display().to_string());
+    if is_root() {
+        assert_eq!(entry["reachable"], true, "{entry}");
+    }
+}
+
+/// `resolve --as stop` writes two records in one session (the resolution,
+/// then the lease's revocation): both chain, and the lease stays refused.
+#[test]
+fn resolving_as_stop_chains_two_records_in_one_session() {
+    let pg = need_pg!();
+    let e = Env::new();
+    let ledger = pg.new_ledger();
+    let started = e.path("started");
+    let slow = vec![
+        "sh".to_string(),
+        "-c".into(),
+        format!("echo x > '{}'; sleep 30", started.display()),
+    ];
+    e.approve(&["--uses", "3", "--ledger", &ledger], &strs(&slow));
+    let mut runner = run_cmd_in(&e, &e.path("s1"), &[], &strs(&slow))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while !started.exists() {
+        assert!(t.elapsed() < Duration::from_secs(30), "never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    wait_unknown(&ledger);
+    let attempt = journal_json(&ledger)[0]["attempt_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let o = output(cmd().args([
+        "resolve",
+        "--ledger",
+        &ledger,
+        "--attempt",
+        &attempt,
+        "--as",
+        "stop",
+        "--by",
+        "ops",
+    ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = output(cmd().args(["journal", "--ledger", &ledger, "verify"]));
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    run_in(&e, &e.path("s2"), &[], &strs(&slow)).assert_refused("lease_revoked");
+}
