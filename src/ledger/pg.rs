@@ -659,14 +659,20 @@ impl LibpqEnv {
             sslmode: pick("PGSSLMODE", "sslmode"),
             sslrootcert: pick("PGSSLROOTCERT", "sslrootcert").map(PathBuf::from),
             appname: pick("PGAPPNAME", "application_name"),
-            connect_timeout: Duration::from_secs(
-                pick("PGCONNECT_TIMEOUT", "connect_timeout")
-                    .and_then(|t| t.parse::<u64>().ok())
-                    .filter(|t| *t > 0)
-                    .unwrap_or(10),
-            ),
+            connect_timeout: connect_timeout(pick("PGCONNECT_TIMEOUT", "connect_timeout")),
         }
     }
+}
+
+/// `PGCONNECT_TIMEOUT` in seconds; where libpq would wait forever (0, or
+/// nothing readable), 10 s: a run is never held by an unanswering server.
+fn connect_timeout(given: Option<String>) -> Duration {
+    Duration::from_secs(
+        given
+            .and_then(|t| t.parse::<u64>().ok())
+            .filter(|t| *t > 0)
+            .unwrap_or(10),
+    )
 }
 
 fn home() -> Option<PathBuf> {
@@ -1137,5 +1143,15 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_connect_timeout_is_always_finite() {
+        let t = |s: Option<&str>| connect_timeout(s.map(str::to_string)).as_secs();
+        assert_eq!(t(Some("3")), 3);
+        assert_eq!(t(Some("1")), 1);
+        assert_eq!(t(Some("0")), 10, "libpq's 0 waits forever; a run does not");
+        assert_eq!(t(Some("soon")), 10);
+        assert_eq!(t(None), 10);
     }
 }

@@ -506,7 +506,7 @@ fn the_receipt_names_the_ledger_and_its_password_file_in_the_reach() {
     let pg = need_pg!();
     let e = Env::new();
     let ledger = pg.new_ledger();
-    e.approve(&["--ledger", &ledger], &["true"]);
+    e.approve(&["--ledger", &ledger, "--uses", "2"], &["true"]);
     let pgpass = e.path("pgpass");
     std::fs::write(&pgpass, "# no entry: PGPASSWORD is given\n").unwrap();
     std::fs::set_permissions(&pgpass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
@@ -525,6 +525,24 @@ fn the_receipt_names_the_ledger_and_its_password_file_in_the_reach() {
     if is_root() {
         assert_eq!(entry["reachable"], true, "{entry}");
     }
+    // Without PGPASSFILE, libpq's default: ~/.pgpass of the runner's HOME.
+    let home = e.path("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::rename(&pgpass, home.join(".pgpass")).unwrap();
+    let r = finish_run(output(
+        e.run_cmd(&[], &["true"])
+            .env_remove("PGPASSFILE")
+            .env("HOME", &home),
+    ));
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    let paths: Vec<String> = r.predicate()["isolation"]["reach"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|x| x["channel"] == "ledger_credentials")
+        .filter_map(|x| x["path"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(paths, [home.join(".pgpass").display().to_string()]);
 }
 
 /// `resolve --as stop` writes two records in one session (the resolution,
