@@ -780,13 +780,22 @@ pub(crate) fn pgpass_lookup(text: &str, want: [&str; 4]) -> Option<String> {
 /// libpq's default user: the OS user name. Read from `$USER`/`$LOGNAME`,
 /// else `/etc/passwd` directly (no NSS call: the static build stays safe).
 fn os_user() -> String {
-    let uid = nix::unistd::getuid().as_raw().to_string();
-    std::env::var("USER")
-        .ok()
-        .or_else(|| std::env::var("LOGNAME").ok())
-        .filter(|u| !u.is_empty())
+    os_user_given(
+        std::env::var("USER")
+            .ok()
+            .or_else(|| std::env::var("LOGNAME").ok()),
+        nix::unistd::getuid().as_raw(),
+        || std::fs::read_to_string("/etc/passwd").ok(),
+    )
+}
+
+/// libpq's default user: `USER` (or `LOGNAME`) when not empty, else the
+/// name `passwd` gives this uid, else `postgres`.
+fn os_user_given(env: Option<String>, uid: u32, passwd: impl FnOnce() -> Option<String>) -> String {
+    let uid = uid.to_string();
+    env.filter(|u| !u.is_empty())
         .or_else(|| {
-            let text = std::fs::read_to_string("/etc/passwd").ok()?;
+            let text = passwd()?;
             text.lines().find_map(|l| {
                 let mut f = l.split(':');
                 let name = f.next()?;
@@ -828,6 +837,18 @@ enum TlsError {
     Protocol(#[from] rustls::Error),
 }
 
+/// Whether the server's certificate chain is checked against a root:
+/// always under `verify-ca` and `verify-full`; under `require` only when a
+/// root file is there (libpq's rule, so `require` with a root is
+/// `verify-ca`); never under `allow` or `prefer`.
+fn checks_the_chain(mode: &str, root_given: bool) -> bool {
+    match mode {
+        "verify-ca" | "verify-full" => true,
+        "require" => root_given,
+        _ => false,
+    }
+}
+
 fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let default_root = home().map(|h| h.join(".postgresql/root.crt"));
@@ -835,11 +856,7 @@ fn tls_config(mode: &str, rootcert: Option<&Path>) -> Result<rustls::ClientConfi
         .map(Path::to_path_buf)
         .or(default_root)
         .filter(|p| p.exists());
-    let verifying = match mode {
-        "verify-ca" | "verify-full" => true,
-        "require" => root_file.is_some(),
-        _ => false,
-    };
+    let verifying = checks_the_chain(mode, root_file.is_some());
     let inner = if verifying {
         let file = root_file.ok_or_else(|| TlsError::NoRoot(mode.to_string()))?;
         let path = || file.display().to_string();
@@ -1153,5 +1170,54 @@ mod tests {
         assert_eq!(t(Some("0")), 10, "libpq's 0 waits forever; a run does not");
         assert_eq!(t(Some("soon")), 10);
         assert_eq!(t(None), 10);
+    }
+
+    #[test]
+    fn the_chain_is_checked_as_libpq_checks_it() {
+        for root in [false, true] {
+            assert!(checks_the_chain("verify-ca", root));
+            assert!(checks_the_chain("verify-full", root));
+            assert!(!checks_the_chain("prefer", root));
+            assert!(!checks_the_chain("allow", root));
+        }
+        assert!(
+            checks_the_chain("require", true),
+            "require with a root is verify-ca"
+        );
+        assert!(!checks_the_chain("require", false));
+    }
+
+    #[test]
+    fn the_default_user_is_the_environments_then_passwds_then_postgres() {
+        let passwd =
+            || Some("root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/a:/bin/sh\n".to_string());
+        assert_eq!(os_user_given(Some("bob".into()), 1000, passwd), "bob");
+        assert_eq!(os_user_given(Some(String::new()), 1000, passwd), "alice");
+        assert_eq!(os_user_given(None, 1000, passwd), "alice");
+        assert_eq!(os_user_given(None, 0, passwd), "root");
+        assert_eq!(os_user_given(None, 7, passwd), "postgres");
+        assert_eq!(os_user_given(None, 1000, || None), "postgres");
+    }
+
+    #[test]
+    fn a_service_section_is_its_own_key_value_lines_only() {
+        let text = "# a comment\n[other]\nuser=mallory\n\n[ledger]\n  user = alice \n# user=mallory\nsslmode=verify-full\nnot a pair\n[after]\nuser=eve\n";
+        let got = service_section(text, "ledger");
+        assert_eq!(
+            got.into_iter().collect::<Vec<_>>(),
+            [
+                ("sslmode".to_string(), "verify-full".to_string()),
+                ("user".into(), "alice".into()),
+            ]
+        );
+        assert!(service_section(text, "missing").is_empty());
+    }
+
+    #[test]
+    fn a_pgpass_password_may_hold_an_unescaped_colon() {
+        assert_eq!(
+            pgpass_lookup("db:6543:x:alice:pa:ss\n", ["db", "6543", "x", "alice"]).as_deref(),
+            Some("pa:ss")
+        );
     }
 }

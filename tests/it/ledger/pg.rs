@@ -597,3 +597,42 @@ fn resolving_as_stop_chains_two_records_in_one_session() {
     );
     run_in(&e, &e.path("s2"), &[], &strs(&slow)).assert_refused("lease_revoked");
 }
+
+/// `PGSERVICE` takes the connection's settings from its section of
+/// `PGSERVICEFILE`, as libpq does: here an `sslmode` no libpq has, which
+/// the ledger refuses by name instead of connecting some other way.
+#[test]
+fn a_service_files_settings_are_used_and_checked() {
+    let pg = need_pg!();
+    let e = Env::new();
+    let ledger = pg.new_ledger();
+    let file = e.path("pg_service.conf");
+    std::fs::write(
+        &file,
+        "[other]\nsslmode=disable\n[ledger]\nsslmode=sometimes\n",
+    )
+    .unwrap();
+    let list = |service: &str| {
+        output(
+            cmd()
+                .args(["journal", "--ledger", &ledger, "list"])
+                .env_remove("PGSSLMODE")
+                .env("PGSERVICEFILE", &file)
+                .env("PGSERVICE", service),
+        )
+    };
+    let o = list("ledger");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("\"sometimes\" is not one of disable"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = list("other");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
