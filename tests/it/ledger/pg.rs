@@ -163,21 +163,18 @@ fn twelve_runners_with_twelve_state_dirs_spend_a_three_use_lease_exactly_three_t
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
-#[test]
-fn a_killed_runner_blocks_the_goal_on_every_runner_until_resolve() {
-    let pg = need_pg!();
-    let e = Env::new();
-    let ledger = pg.new_ledger();
+/// A three-use lease on `ledger` for a command that marks it started and
+/// sleeps 30 s, and a runner (own state dir) running it, returned once the
+/// command has started.
+fn a_running_slow_attempt(e: &Env, ledger: &str) -> (Vec<String>, std::process::Child) {
     let started = e.path("started");
     let slow = vec![
         "sh".to_string(),
         "-c".into(),
         format!("echo x > '{}'; sleep 30", started.display()),
     ];
-    e.approve(&["--uses", "3", "--ledger", &ledger], &strs(&slow));
-    e.approve(&["--uses", "3", "--ledger", &ledger], &["true"]);
-    let mut c = run_cmd_in(&e, &e.path("s1"), &[], &strs(&slow));
-    let mut runner = c
+    e.approve(&["--uses", "3", "--ledger", ledger], &strs(&slow));
+    let runner = run_cmd_in(e, &e.path("s1"), &[], &strs(&slow))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -190,6 +187,16 @@ fn a_killed_runner_blocks_the_goal_on_every_runner_until_resolve() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    (slow, runner)
+}
+
+#[test]
+fn a_killed_runner_blocks_the_goal_on_every_runner_until_resolve() {
+    let pg = need_pg!();
+    let e = Env::new();
+    let ledger = pg.new_ledger();
+    e.approve(&["--uses", "3", "--ledger", &ledger], &["true"]);
+    let (_slow, mut runner) = a_running_slow_attempt(&e, &ledger);
     // While it runs, another runner sees a running attempt, not unknown.
     assert_eq!(journal_json(&ledger)[0]["state"], "running");
     runner.kill().unwrap();
@@ -552,23 +559,7 @@ fn resolving_as_stop_chains_two_records_in_one_session() {
     let pg = need_pg!();
     let e = Env::new();
     let ledger = pg.new_ledger();
-    let started = e.path("started");
-    let slow = vec![
-        "sh".to_string(),
-        "-c".into(),
-        format!("echo x > '{}'; sleep 30", started.display()),
-    ];
-    e.approve(&["--uses", "3", "--ledger", &ledger], &strs(&slow));
-    let mut runner = run_cmd_in(&e, &e.path("s1"), &[], &strs(&slow))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while !started.exists() {
-        assert!(t.elapsed() < Duration::from_secs(30), "never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (slow, mut runner) = a_running_slow_attempt(&e, &ledger);
     runner.kill().unwrap();
     runner.wait().unwrap();
     wait_unknown(&ledger);
