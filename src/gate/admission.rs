@@ -782,13 +782,12 @@ mod tests {
     /// Admission of `request()` against `manifest`, with a state-dir ledger
     /// that `ledger` may fill (or whose attempts it may hold) first.
     fn decide_in(manifest: Manifest, now: SystemTime, ledger: impl FnOnce(&Path)) -> Refusal {
-        let trusted = SigningKey::from_bytes(&[1u8; 32]);
         let dir = tempfile::tempdir().unwrap();
         ledger(dir.path());
         let store = crate::ledger::LocalLedger::state_dir(dir.path());
         let session = crate::ledger::Ledger::open_goal(&store, "g").unwrap();
         let g = goal();
-        let vk = trusted.verifying_key();
+        let vk = trusted().verifying_key();
         let sel = Selection::Request {
             request: request(),
             profile_given: true,
@@ -940,13 +939,6 @@ mod tests {
             l = lease::seal(body, &key);
             l
         };
-        let manifest = |leases: Vec<Lease>| Manifest {
-            schema: MANIFEST_SCHEMA.into(),
-            leases,
-            revocations: vec![],
-            superseded: vec![],
-            foreign: vec![],
-        };
         let wanted = req("python3", &["-m", "pytest", "-q"], ".");
         let pick =
             |m: &Manifest| closest(m, "g", &wanted, true).map(|(l, _)| l.body.lease_id.clone());
@@ -987,9 +979,9 @@ mod tests {
         ];
         for (near, far) in cases {
             let id = near.body.lease_id.clone();
-            let m = manifest(vec![near.clone(), far.clone()]);
+            let m = manifest_of(vec![near.clone(), far.clone()]);
             assert_eq!(pick(&m).as_deref(), Some(id.as_str()), "near first");
-            let m = manifest(vec![far, near]);
+            let m = manifest_of(vec![far, near]);
             assert_eq!(pick(&m).as_deref(), Some(id.as_str()), "near last");
         }
         // Equals: the last approved; and the difference it names.
@@ -1003,11 +995,11 @@ mod tests {
             "g",
             req("python3", &["-m", "pytest", "--verbose"], "."),
         );
-        let m = manifest(vec![a, b]);
+        let m = manifest_of(vec![a, b]);
         let (l, diff) = closest(&m, "g", &wanted, true).expect("a lease");
         assert_eq!(l.body.lease_id, "b");
         assert_eq!(diff, r#"argv[2]: approved "--verbose", requested "-q""#);
-        assert!(closest(&manifest(vec![]), "g", &wanted, true).is_none());
+        assert!(closest(&manifest_of(vec![]), "g", &wanted, true).is_none());
     }
 
     /// A lease that fails its signature check is explained by key ids: the

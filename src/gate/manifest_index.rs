@@ -684,26 +684,25 @@ mod tests {
 
     #[test]
     fn a_line_naming_the_right_request_but_another_lease_id_is_refused() {
-        // lease-3's line keeps its span and request key, but names lease-2's
-        // id: the span does not hold the lease the line names.
-        let (_d, path, m, key, at) = indexed();
-        forge(&at, &key, |mut l| {
-            let id2 = l[3].split(' ').nth(2).expect("id").to_string();
-            let mut f: Vec<String> = l[4].split(' ').map(str::to_string).collect();
-            f[2] = id2;
-            l[4] = f.join(" ");
-            l
-        });
+        // lease-3's line (the last) with one field taken from lease-2's
+        // line (1: the request key, 2: the id key), MAC'd by the key holder.
+        let forged_with = |field: usize| {
+            let (d, path, m, key, at) = indexed();
+            forge(&at, &key, |mut l| {
+                let from2 = l[3].split(' ').nth(field).expect("field").to_string();
+                let mut f: Vec<String> = l[4].split(' ').map(str::to_string).collect();
+                f[field] = from2;
+                l[4] = f.join(" ");
+                l
+            });
+            (d, path, m, key, at)
+        };
+        // lease-3's span and request key, lease-2's id: the span does not
+        // hold the lease the line names.
+        let (_d, path, m, key, at) = forged_with(2);
         assert!(read(&path, &key, &at, &by_request(&m, 2)).is_none());
-        // And the other way round: lease-2's id with lease-3's request.
-        let (_d, path, m, key, at) = indexed();
-        forge(&at, &key, |mut l| {
-            let req2 = l[3].split(' ').nth(1).expect("request").to_string();
-            let mut f: Vec<String> = l[4].split(' ').map(str::to_string).collect();
-            f[1] = req2;
-            l[4] = f.join(" ");
-            l
-        });
+        // And the other way round: lease-2's request with lease-3's id.
+        let (_d, path, m, key, at) = forged_with(1);
         assert!(read(&path, &key, &at, &Selection::LeaseId("lease-3".into())).is_none());
         assert!(read(&path, &key, &at, &by_request(&m, 1)).is_none());
     }
