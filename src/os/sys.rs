@@ -899,35 +899,77 @@ fn fork_then_pidfd_open(
     }
 }
 
-/// Try `plan` in a throwaway child (fork, set up the mount namespace, exit),
-/// so a kernel or container that refuses a step is found before a use is
-/// spent. `Err` carries the failing errno.
-pub fn probe_mounts(plan: &MountPlan) -> io::Result<()> {
-    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let w = err_w.as_raw_fd();
-    // SAFETY: the child only runs `setup_mounts` (raw async-signal-safe
-    // syscalls on memory prepared before the fork) and then `_exit`.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
+/// A mount plan being tried in a throwaway child (fork, set up the mount
+/// namespace, exit), so a kernel or container that refuses a step is found
+/// before a use is spent. Started early and asked for its verdict later,
+/// so the child sets up its namespace on the other core while the runner
+/// goes on preparing the run (it shares nothing with the runner but the
+/// pipe it reports on). Dropped without a verdict, it is killed and
+/// reaped: no probe outlives the setup that started it.
+pub struct MountProbe {
+    pid: libc::pid_t,
+    err_r: OwnedFd,
+    reaped: bool,
+}
+
+impl MountProbe {
+    /// Fork the probe. `Err` only when the fork itself fails.
+    pub fn start(plan: &MountPlan) -> io::Result<MountProbe> {
+        let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let w = err_w.as_raw_fd();
+        // Decided before the fork: the child reads no environment.
+        let refuse = crate::testing::fault::fail("mount_probe_refused");
+        // SAFETY: the child only runs `setup_mounts` (raw async-signal-safe
+        // syscalls on memory prepared before the fork) and then `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: we are the forked child; `setup_mounts` reports
+            // through `w` and exits on failure; on success we exit 0 at
+            // once. The injected refusal reports EPERM as a refused
+            // `mount` would.
+            unsafe {
+                if refuse {
+                    *libc::__errno_location() = libc::EPERM;
+                    child_fail(w, ChildStep::Mount);
+                }
+                setup_mounts(plan, w);
+                libc::_exit(0)
+            }
+        }
+        Ok(MountProbe {
+            pid,
+            err_r,
+            reaped: false,
+        })
     }
-    if pid == 0 {
-        // SAFETY: we are the forked child; `setup_mounts` reports through
-        // `w` and exits on failure; on success we exit 0 at once.
-        unsafe {
-            setup_mounts(plan, w);
-            libc::_exit(0)
+
+    /// Wait for the probe: `Err` carries the errno of the step that failed.
+    pub fn verdict(mut self) -> io::Result<()> {
+        let mut report = [0u8; 5];
+        let n = read_full(self.err_r.as_raw_fd(), &mut report);
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
+        self.reaped = true;
+        match n? {
+            0 => Ok(()),
+            _ => Err(io::Error::from_raw_os_error(i32::from_ne_bytes([
+                report[1], report[2], report[3], report[4],
+            ]))),
         }
     }
-    drop(err_w);
-    let mut report = [0u8; 5];
-    let n = read_full(err_r.as_raw_fd(), &mut report);
-    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-    match n? {
-        0 => Ok(()),
-        _ => Err(io::Error::from_raw_os_error(i32::from_ne_bytes([
-            report[1], report[2], report[3], report[4],
-        ]))),
+}
+
+impl Drop for MountProbe {
+    fn drop(&mut self) {
+        if self.reaped {
+            return;
+        }
+        // SAFETY: `pid` is our own child, not yet reaped (only `verdict`
+        // reaps it, and says so), so it names no other process.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
     }
 }
 

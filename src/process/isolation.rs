@@ -24,7 +24,7 @@ use nix::unistd::{getegid, geteuid};
 
 use crate::gate::reach;
 use crate::model::{IsolationReport, IsolationRequest, ReachEntry};
-use crate::os::sys::{self, ChildCreds, MountPlan, SocketFilter};
+use crate::os::sys::{self, ChildCreds, MountPlan, MountProbe, SocketFilter};
 use crate::process::network::{self, Proxy};
 
 pub struct Prepared {
@@ -34,6 +34,9 @@ pub struct Prepared {
     pub report: IsolationReport,
     /// The child's own mount namespace (a root runner under isolation).
     pub mounts: Option<MountPlan>,
+    /// That plan being tried in a throwaway child; `confirm_mounts` waits
+    /// for its verdict, which must come before the use is spent.
+    mount_probe: Option<MountProbe>,
     /// A uid-0 child under isolation keeps only these capabilities.
     pub root_caps_keep: Option<u64>,
     /// Whether the mount namespace covers every path of the runner key:
@@ -58,6 +61,22 @@ pub struct Prepared {
 pub enum Cover {
     Holds(String),
     Fails(String),
+}
+
+impl Prepared {
+    /// The verdict of the mount plan's probe, started by `prepare`: a plan
+    /// this machine refuses is `isolation_unavailable`, found before the
+    /// use is spent. Waited for here rather than in `prepare`, so that the
+    /// probe runs beside the rest of the run's setup.
+    pub fn confirm_mounts(&mut self) -> Result<(), Unavailable> {
+        match self.mount_probe.take().map(MountProbe::verdict) {
+            Some(Err(e)) => Err(unavailable(
+                "isolation for a root child",
+                format!("setting up the child's mount namespace failed here: {e}"),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Cover {
@@ -402,10 +421,10 @@ pub fn prepare(
     // (the child is root until it drops to --as-user, and a uid-0 child stays
     // root): the runner's key and state dir, cgroupfs and host devices are
     // covered there, /proc is fresh in a PID namespace.
-    let (mounts, key_covered) = if euid == 0 && any_isolation(req) {
+    let (mounts, key_covered, mount_probe) = if euid == 0 && any_isolation(req) {
         mount_namespace(req, writable, protect, (&sockets, &mount_table), can_mount)?
     } else {
-        (None, None)
+        (None, None, None)
     };
     let root_caps_keep = (root_child && creds.is_none()).then(reach::root_keep_mask);
     let (landlock_guard_fd, landlock_guard_access, key_landlocked) =
@@ -450,6 +469,7 @@ pub fn prepare(
         seccomp: ns.seccomp,
         report,
         mounts,
+        mount_probe,
         root_caps_keep,
         key_covered,
         landlock_guard_access,
@@ -476,11 +496,13 @@ fn uid0_child(req: &IsolationRequest, euid: u32, child_uid: u32) -> Result<bool,
     Ok(root_child)
 }
 
-/// The child's mount plan, and whether it covers every path of the key.
-type MountNamespace = (Option<MountPlan>, Option<Cover>);
+/// The child's mount plan, whether it covers every path of the key, and
+/// the plan's probe, started.
+type MountNamespace = (Option<MountPlan>, Option<Cover>, Option<MountProbe>);
 
-/// A root runner's mount namespace for a child under isolation, probed
-/// here. It needs CAP_SYS_ADMIN (a container without it still runs
+/// A root runner's mount namespace for a child under isolation, its probe
+/// started here (its verdict is `Prepared::confirm_mounts`). It needs
+/// CAP_SYS_ADMIN (a container without it still runs
 /// --as-user and --fs-write children; their receipts then say the key was
 /// covered by nothing but file modes).
 fn mount_namespace(
@@ -496,17 +518,18 @@ fn mount_namespace(
             Some(Cover::Fails(
                 "governed-exec lacks CAP_SYS_ADMIN to give the child a mount namespace that covers the key".to_string(),
             )),
+            None,
         ));
     }
     let (plan, covered) = mount_plan(req, writable, protect, sockets, mount_table)
         .map_err(|e| unavailable("isolation for a root child", e))?;
-    sys::probe_mounts(&plan).map_err(|e| {
+    let probe = MountProbe::start(&plan).map_err(|e| {
         unavailable(
             "isolation for a root child",
-            format!("setting up the child's mount namespace failed here: {e}"),
+            format!("no child to try the mount namespace in: {e}"),
         )
     })?;
-    Ok((Some(plan), Some(covered)))
+    Ok((Some(plan), Some(covered), Some(probe)))
 }
 
 /// `--as-user`: the child's uid and gid, which only a root runner can give.

@@ -202,6 +202,64 @@ fn child(inputs: &Inputs, admitted: &mut Admitted, led: &dyn Ledger) -> Result<C
         credentials: &credentials,
     };
     let mut prepared = isolation::prepare(&body.isolation, &writable, &protect)?;
+    // The mount plan's probe runs beside the rest; its verdict is asked for
+    // on every path, and a refused plan is the cause reported even when a
+    // later step failed too (it was found first, as when it was waited for
+    // at once).
+    let rest = launch(inputs, admitted, &scratch, &attempt_id, &mut prepared);
+    prepared.confirm_mounts()?;
+    let Launch {
+        cgroups,
+        cgroup_v1_tasks,
+        process_limit,
+        proxy,
+        argv,
+        envp,
+        rlimits,
+        exe_snapshot,
+        devnull,
+    } = rest?;
+    Ok(Child {
+        attempt_id,
+        scratch,
+        workspace_path,
+        workspace_git,
+        prepared,
+        cgroups,
+        cgroup_v1_tasks,
+        process_limit,
+        proxy,
+        argv,
+        envp,
+        rlimits,
+        exe_snapshot,
+        devnull,
+    })
+}
+
+/// What the child is started with, beyond its scratch dirs and isolation.
+struct Launch {
+    cgroups: RunCgroups,
+    cgroup_v1_tasks: Vec<RawFd>,
+    process_limit: process_limit::Plan,
+    proxy: Option<Proxy>,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    rlimits: Rlimits,
+    exe_snapshot: OwnedFd,
+    devnull: std::fs::File,
+}
+
+/// The rest of the child's setup, once its isolation is prepared: the
+/// cgroups, the limits, argv and envp, the sealed executable.
+fn launch(
+    inputs: &Inputs,
+    admitted: &mut Admitted,
+    scratch: &Scratch,
+    attempt_id: &str,
+    prepared: &mut isolation::Prepared,
+) -> Result<Launch, SetupError> {
+    let body = &admitted.lease.body;
     // The sealed copy is executable by anyone; the file it copies may not
     // be. A child switched to another uid runs only what that uid could
     // run itself (issue 18, finding 11).
@@ -209,26 +267,21 @@ fn child(inputs: &Inputs, admitted: &mut Admitted, led: &dyn Ledger) -> Result<C
         child_may_execute(&admitted.exe, c.uid, c.gid)?;
     }
     let cgroups = RunCgroups::create(
-        &attempt_id,
+        attempt_id,
         body.limits.max_processes.limit(),
         Some(body.limits.memory_bytes),
         inputs.sweep,
     );
-    let (process_limit, rlimits) = limits(&body.limits, &mut prepared, &cgroups)?;
+    let (process_limit, rlimits) = limits(&body.limits, prepared, &cgroups)?;
     // The egress proxy (CONTRACT §8), started by `isolation::prepare`
     // before the use is spent: listening in the child's namespace, dialling
     // from the runner's.
     let proxy = prepared.proxy.take();
-    let (argv, envp) = command_line(&admitted.lease.body, &scratch, proxy.is_some())?;
+    let (argv, envp) = command_line(&admitted.lease.body, scratch, proxy.is_some())?;
     let exe_snapshot = sealed_exe(admitted)?;
     let devnull = std::fs::File::open("/dev/null").map_err(SetupError::DevNull)?;
     let cgroup_v1_tasks = cgroups.v1_tasks_fds();
-    Ok(Child {
-        attempt_id,
-        scratch,
-        workspace_path,
-        workspace_git,
-        prepared,
+    Ok(Launch {
         cgroups,
         cgroup_v1_tasks,
         process_limit,

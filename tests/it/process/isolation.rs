@@ -277,3 +277,35 @@ fn fs_read_narrows_reads_to_the_listed_paths() {
     let readable = &r.predicate()["isolation"]["landlock_readable"];
     assert!(readable.as_array().is_some_and(|a| !a.is_empty()));
 }
+
+/// The child's mount namespace is tried in a throwaway child before the use
+/// is spent; that try now runs beside the rest of the setup. A plan this
+/// machine refuses (here injected: the first `mount` says EPERM) is still
+/// `isolation_unavailable` with nothing spent and nothing run, and the
+/// next run, the machine willing, goes ahead.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_mount_namespace_the_machine_refuses_spends_nothing_and_runs_nothing() {
+    require_root!("a_mount_namespace_the_machine_refuses_spends_nothing_and_runs_nothing");
+    let e = Env::new();
+    // In the workspace: an isolated uid-0 child writes nowhere above it.
+    let marker = e.ws.join("ran");
+    let probe_s = format!("touch {}", marker.display());
+    let probe = ["sh", "-c", probe_s.as_str()];
+    e.approve(&["--uses", "1", "--no-network", "--pid-namespace"], &probe);
+    let r = finish_run(output(
+        e.run_cmd(&[], &probe)
+            .env("GOVERNED_EXEC_FAULT", "mount_probe_refused"),
+    ));
+    r.assert_refused("isolation_unavailable");
+    assert!(
+        r.stderr.contains("mount namespace failed here") && r.stderr.contains("os error 1"),
+        "{}",
+        r.stderr
+    );
+    assert!(!marker.exists(), "the command ran despite the refusal");
+    assert_eq!(e.journal_executing_count(), 0, "a refusal spent a use");
+    let r = e.run(&[], &probe);
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+    assert!(marker.exists(), "the control run did not run");
+}
