@@ -472,6 +472,15 @@ impl RunCgroups {
         out
     }
 
+    /// Remove the run's groups now (each `rmdir`, which succeeds only on an
+    /// empty group, and the sweep where due: see `Group`'s drop). Only once
+    /// nothing will read or join them again: the counters are read.
+    pub fn remove(&mut self) {
+        self.pids = None;
+        self.track = None;
+        self.extra_v1.clear();
+    }
+
     /// The run's new v2 group `g` under `base`: its controllers read, the
     /// pids limit (unless a v1 pids group has it) and the memory limit
     /// written where the controllers allow.

@@ -40,6 +40,8 @@ pub struct Scratch {
     pub root: PathBuf,
     pub home: PathBuf,
     pub tmp: PathBuf,
+    /// Already removed (`remove`): the drop has nothing left to do.
+    removed: bool,
     _lock: Flock<File>,
 }
 
@@ -141,6 +143,7 @@ impl Scratch {
             home: root.join("home"),
             tmp: root.join("tmp"),
             root,
+            removed: false,
             _lock: lock,
         };
         for d in [&s.home, &s.tmp] {
@@ -151,12 +154,21 @@ impl Scratch {
         }
         Ok(s)
     }
+
+    /// Remove the tree now, its lock still held until the drop (a sweeper
+    /// never takes a tree whose runner is alive).
+    pub fn remove(&mut self) {
+        if !self.removed {
+            let _ = fs::remove_dir_all(&self.root);
+            self.removed = true;
+        }
+    }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
         // Removed while the lock is still held (fields drop after this).
-        let _ = fs::remove_dir_all(&self.root);
+        self.remove();
     }
 }
 

@@ -31,9 +31,10 @@ impl<'a> Spent<'a> {
         &self.committed
     }
 
-    /// The attempt's liveness witness, for the result record and release.
-    pub(super) fn hold(&mut self) -> &mut dyn AttemptHold {
-        &mut *self.hold
+    /// The liveness witness and the child's setup at once: the result
+    /// record is written while the child's scratch and cgroups are removed.
+    pub(super) fn hold_and_child(&mut self) -> (&mut dyn AttemptHold, &mut Child) {
+        (&mut *self.hold, &mut self.child)
     }
 
     /// End the attempt's liveness witness (after the result record).

@@ -1,7 +1,8 @@
 //! Stage 8, `seal`: the receipt of a classified run is signed once; the
 //! same bytes go to the state dir's copy, the result record's digest and
-//! stdout or `--receipt`. Then the attempt's liveness witness is released,
-//! the scratch trees removed, and the closing line printed.
+//! stdout or `--receipt`. The child's scratch tree and cgroups are removed
+//! on a second thread while the result record is made durable; then the
+//! attempt's liveness witness is released and the closing line printed.
 
 use std::io::Write;
 use std::path::Path;
@@ -40,22 +41,35 @@ pub(super) fn seal(
     let copied =
         journal::ensure_dir(&receipts_dir).is_ok() && write_private(&copy, &receipt_text).is_ok();
     fault::point("before_result");
-    let result_written = spent.hold().record_result(Event::Result {
-        attempt_id,
-        outcome: outcome.class,
-        reason: outcome.reason,
-        exit_code: outcome.exit_code,
-        signal: outcome.signal,
-        cleanup: cleanup_state,
-        receipt_sha256: receipt_digest,
-    });
+    // Every counter is read and every process of the run is gone (or the
+    // outcome says it is not known): the child's scratch tree and cgroups
+    // are removed while the result record is made durable, its flush the
+    // longest wait left.
+    let (hold, child) = spent.hold_and_child();
+    let result_written = beside(
+        || {
+            child.scratch.remove();
+            child.cgroups.remove();
+        },
+        || {
+            hold.record_result(Event::Result {
+                attempt_id,
+                outcome: outcome.class,
+                reason: outcome.reason,
+                exit_code: outcome.exit_code,
+                signal: outcome.signal,
+                cleanup: cleanup_state,
+                receipt_sha256: receipt_digest,
+            })
+        },
+    );
     if let Err(e) = result_written {
         eprintln!("governed-exec: warning: the result record could not be written ({e}); this attempt will read as `unknown` until resolved");
     }
     fault::point("before_print");
     let went = draft.output(&receipt_text);
     let (_run, child) = spent.release();
-    drop(child.scratch);
+    drop(child);
     if outcome.class != OutcomeClass::KnownNotExecuted {
         if let Some(m) = &outcome.message {
             eprintln!("governed-exec: {}: {}", outcome.class, escape::visible(m));
@@ -75,6 +89,28 @@ pub(super) fn seal(
     outcome.runner_exit_code
 }
 
+/// Run `side` on a second thread while `main` runs on this one, and return
+/// `main`'s value once both are done. `side` runs exactly once: on the
+/// helper, or here after `main` when the helper did not start it first
+/// (or could not be started at all).
+fn beside<T>(side: impl FnOnce() + Send, main: impl FnOnce() -> T) -> T {
+    let side = std::sync::Mutex::new(Some(side));
+    let take = || side.lock().ok().and_then(|mut f| f.take());
+    std::thread::scope(|s| {
+        // A helper that cannot be started leaves `side` for this thread.
+        let _ = std::thread::Builder::new().spawn_scoped(s, || {
+            if let Some(f) = take() {
+                f()
+            }
+        });
+        let out = main();
+        if let Some(f) = take() {
+            f()
+        }
+        out
+    })
+}
+
 /// Write a new 0600 file (no fsync); never follows or reuses what is there.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -85,4 +121,24 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     f.write_all(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::beside;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn beside_runs_the_side_job_exactly_once_before_it_returns() {
+        for _ in 0..200 {
+            let runs = AtomicUsize::new(0);
+            let out = beside(
+                || {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                },
+                || 7,
+            );
+            assert_eq!((out, runs.load(Ordering::SeqCst)), (7, 1));
+        }
+    }
 }
