@@ -77,6 +77,30 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
+/// Run `side` on a second thread while `main` runs on this one; both
+/// values once both are done. `side` runs exactly once: on the helper, or
+/// here after `main` when the helper did not take it first (or could not be
+/// started at all). Used where a stage waits on the kernel (a flush, a
+/// cgroupfs `mkdir`) while other work of the same stage is independent of
+/// it; never while this process must be single-threaded (entering a user
+/// namespace, a probe that checks it).
+fn beside<S: Send, T>(side: impl FnOnce() -> S + Send, main: impl FnOnce() -> T) -> (S, T) {
+    let job = std::sync::Mutex::new(Some(side));
+    let take = || job.lock().ok().and_then(|mut f| f.take());
+    std::thread::scope(|s| {
+        let helper = std::thread::Builder::new().spawn_scoped(s, || take().map(|f| f()));
+        let out = main();
+        let here = take().map(|f| f());
+        let there = helper
+            .ok()
+            .and_then(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        match here.or(there) {
+            Some(side) => (side, out),
+            None => unreachable!("the side job is taken by exactly one thread"),
+        }
+    })
+}
+
 /// A random id with a readable prefix.
 pub fn new_id(prefix: &str) -> String {
     let mut b = [0u8; 10];
@@ -193,4 +217,25 @@ fn execute(
     let ended = spawn::supervise(spawn::spawn(&spent, signals, mirror), proxy);
     let classified = classify::classify(draft, &spent, ended);
     Ok(seal::seal(draft, spent, classified, quiet))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::beside;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn beside_runs_the_side_job_exactly_once_and_returns_both_values() {
+        for _ in 0..200 {
+            let runs = AtomicUsize::new(0);
+            let out = beside(
+                || {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    "side"
+                },
+                || 7,
+            );
+            assert_eq!((out, runs.load(Ordering::SeqCst)), (("side", 7), 1));
+        }
+    }
 }

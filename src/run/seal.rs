@@ -12,6 +12,7 @@ use crate::ledger::journal::{self, Event};
 use crate::model::OutcomeClass;
 use crate::testing::fault;
 
+use super::beside;
 use super::classify::Classified;
 use super::commit::Spent;
 use super::draft::Draft;
@@ -46,7 +47,7 @@ pub(super) fn seal(
     // are removed while the result record is made durable, its flush the
     // longest wait left.
     let (hold, child) = spent.hold_and_child();
-    let result_written = beside(
+    let ((), result_written) = beside(
         || {
             child.scratch.remove();
             child.cgroups.remove();
@@ -89,28 +90,6 @@ pub(super) fn seal(
     outcome.runner_exit_code
 }
 
-/// Run `side` on a second thread while `main` runs on this one, and return
-/// `main`'s value once both are done. `side` runs exactly once: on the
-/// helper, or here after `main` when the helper did not start it first
-/// (or could not be started at all).
-fn beside<T>(side: impl FnOnce() + Send, main: impl FnOnce() -> T) -> T {
-    let side = std::sync::Mutex::new(Some(side));
-    let take = || side.lock().ok().and_then(|mut f| f.take());
-    std::thread::scope(|s| {
-        // A helper that cannot be started leaves `side` for this thread.
-        let _ = std::thread::Builder::new().spawn_scoped(s, || {
-            if let Some(f) = take() {
-                f()
-            }
-        });
-        let out = main();
-        if let Some(f) = take() {
-            f()
-        }
-        out
-    })
-}
-
 /// Write a new 0600 file (no fsync); never follows or reuses what is there.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -121,24 +100,4 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
     f.write_all(bytes)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::beside;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    #[test]
-    fn beside_runs_the_side_job_exactly_once_before_it_returns() {
-        for _ in 0..200 {
-            let runs = AtomicUsize::new(0);
-            let out = beside(
-                || {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                },
-                || 7,
-            );
-            assert_eq!((out, runs.load(Ordering::SeqCst)), (7, 1));
-        }
-    }
 }

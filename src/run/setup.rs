@@ -21,8 +21,8 @@ use crate::process::{env, isolation, process_limit};
 
 use super::admit::Admission;
 use super::draft::{record_refusal, Stop};
-use super::new_id;
 use super::prepare::Inputs;
+use super::{beside, new_id};
 
 /// Why the child could not be set up: a refusal after admission, before
 /// the use is spent, with the one mapping to its reason.
@@ -170,43 +170,36 @@ pub(super) fn setup(admission: Admission<'_>) -> Result<Ready<'_>, Stop> {
 fn child(inputs: &Inputs, admitted: &mut Admitted, led: &dyn Ledger) -> Result<Child, SetupError> {
     let body = &admitted.lease.body;
     let attempt_id = new_id("att");
-    let owner = body.isolation.as_user.map(|u| (u.uid, u.gid));
-    let tmpfs_ok = !isolation::any_isolation(&body.isolation);
-    let scratch =
-        Scratch::create(&attempt_id, owner, tmpfs_ok).map_err(|source| SetupError::Scratch {
-            bases: scratch::bases(tmpfs_ok)
-                .iter()
-                .map(|b| b.display().to_string())
-                .collect::<Vec<_>>()
-                .join(" or "),
-            source,
-        })?;
-    let workspace_path = PathBuf::from(&admitted.workspace.identity.path);
-    // A portable receipt's git HEAD is read now, before the child exists:
-    // the child cannot choose the commit its receipt attests.
-    let workspace_git = body
-        .portable
-        .is_some()
-        .then(|| crate::gate::git::head(&workspace_path))
-        .flatten();
-    let writable = vec![
-        workspace_path.clone(),
-        scratch.home.clone(),
-        scratch.tmp.clone(),
-    ];
-    let (ledger_dir, credentials) = led.protected_paths();
-    let protect = isolation::Protect {
-        key: &inputs.key_path,
-        state_dir: &inputs.state_dir,
-        ledger_dir: ledger_dir.as_deref(),
-        credentials: &credentials,
+    let make_cgroups = || {
+        RunCgroups::create(
+            &attempt_id,
+            body.limits.max_processes.limit(),
+            Some(body.limits.memory_bytes),
+            inputs.sweep,
+        )
     };
-    let mut prepared = isolation::prepare(&body.isolation, &writable, &protect)?;
+    let (cgroups, placed) = if isolation::any_isolation(&body.isolation) {
+        // Entering a user namespace needs this process single-threaded,
+        // and the mount probe forks: in order, on this thread.
+        let placed = place(inputs, admitted, &attempt_id, led)?;
+        (make_cgroups(), placed)
+    } else {
+        // The cgroupfs `mkdir`s wait on the kernel's cgroup lock; the
+        // scratch tree and the reach check need none of them meanwhile.
+        let (cgroups, placed) = beside(make_cgroups, || place(inputs, admitted, &attempt_id, led));
+        (cgroups, placed?)
+    };
+    let Placed {
+        scratch,
+        workspace_path,
+        workspace_git,
+        mut prepared,
+    } = placed;
     // The mount plan's probe runs beside the rest; its verdict is asked for
     // on every path, and a refused plan is the cause reported even when a
     // later step failed too (it was found first, as when it was waited for
     // at once).
-    let rest = launch(inputs, admitted, &scratch, &attempt_id, &mut prepared);
+    let rest = launch(admitted, &scratch, cgroups, &mut prepared);
     prepared.confirm_mounts()?;
     let Launch {
         cgroups,
@@ -237,6 +230,63 @@ fn child(inputs: &Inputs, admitted: &mut Admitted, led: &dyn Ledger) -> Result<C
     })
 }
 
+/// Where the child will be: its scratch tree, its workspace, its isolation.
+struct Placed {
+    scratch: Scratch,
+    workspace_path: PathBuf,
+    workspace_git: Option<crate::model::GitCheckout>,
+    prepared: isolation::Prepared,
+}
+
+/// The scratch HOME/TMPDIR, a portable run's git HEAD, and the isolation
+/// the lease asks for (`process::isolation::prepare`).
+fn place(
+    inputs: &Inputs,
+    admitted: &Admitted,
+    attempt_id: &str,
+    led: &dyn Ledger,
+) -> Result<Placed, SetupError> {
+    let body = &admitted.lease.body;
+    let owner = body.isolation.as_user.map(|u| (u.uid, u.gid));
+    let tmpfs_ok = !isolation::any_isolation(&body.isolation);
+    let scratch =
+        Scratch::create(attempt_id, owner, tmpfs_ok).map_err(|source| SetupError::Scratch {
+            bases: scratch::bases(tmpfs_ok)
+                .iter()
+                .map(|b| b.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" or "),
+            source,
+        })?;
+    let workspace_path = PathBuf::from(&admitted.workspace.identity.path);
+    // A portable receipt's git HEAD is read now, before the child exists:
+    // the child cannot choose the commit its receipt attests.
+    let workspace_git = body
+        .portable
+        .is_some()
+        .then(|| crate::gate::git::head(&workspace_path))
+        .flatten();
+    let writable = vec![
+        workspace_path.clone(),
+        scratch.home.clone(),
+        scratch.tmp.clone(),
+    ];
+    let (ledger_dir, credentials) = led.protected_paths();
+    let protect = isolation::Protect {
+        key: &inputs.key_path,
+        state_dir: &inputs.state_dir,
+        ledger_dir: ledger_dir.as_deref(),
+        credentials: &credentials,
+    };
+    let prepared = isolation::prepare(&body.isolation, &writable, &protect)?;
+    Ok(Placed {
+        scratch,
+        workspace_path,
+        workspace_git,
+        prepared,
+    })
+}
+
 /// What the child is started with, beyond its scratch dirs and isolation.
 struct Launch {
     cgroups: RunCgroups,
@@ -250,13 +300,12 @@ struct Launch {
     devnull: std::fs::File,
 }
 
-/// The rest of the child's setup, once its isolation is prepared: the
-/// cgroups, the limits, argv and envp, the sealed executable.
+/// The rest of the child's setup, once its isolation is prepared and its
+/// cgroups made: the limits, argv and envp, the sealed executable.
 fn launch(
-    inputs: &Inputs,
     admitted: &mut Admitted,
     scratch: &Scratch,
-    attempt_id: &str,
+    cgroups: RunCgroups,
     prepared: &mut isolation::Prepared,
 ) -> Result<Launch, SetupError> {
     let body = &admitted.lease.body;
@@ -266,12 +315,6 @@ fn launch(
     if let Some(c) = prepared.creds {
         child_may_execute(&admitted.exe, c.uid, c.gid)?;
     }
-    let cgroups = RunCgroups::create(
-        attempt_id,
-        body.limits.max_processes.limit(),
-        Some(body.limits.memory_bytes),
-        inputs.sweep,
-    );
     let (process_limit, rlimits) = limits(&body.limits, prepared, &cgroups)?;
     // The egress proxy (CONTRACT §8), started by `isolation::prepare`
     // before the use is spent: listening in the child's namespace, dialling
