@@ -138,7 +138,9 @@ fn no_network_cannot_reach_the_hosts_loopback() {
     listener.set_nonblocking(true).expect("nonblocking");
     let port = listener.local_addr().expect("addr").port();
     let e = Env::new();
-    let script = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED; ip -o link show lo 2>/dev/null | grep -c UP || true");
+    // Its own loopback is up: a closed port there refuses the connection
+    // (a loopback left down would say the network is unreachable).
+    let script = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED; (exec 4<>/dev/tcp/127.0.0.1/1) 2>&1 | grep -q refused && echo OWN_LOOPBACK_UP; true");
     let probe = ["bash", "-c", script.as_str()];
     e.approve(&["--no-network"], &probe);
     let r = e.run(&[], &probe);
@@ -152,6 +154,11 @@ fn no_network_cannot_reach_the_hosts_loopback() {
         "the host listener saw a connection"
     );
     assert_eq!(r.predicate()["isolation"]["network_namespace"], true);
+    assert!(
+        r.stdout_text().contains("OWN_LOOPBACK_UP"),
+        "the child's own loopback is not up: {}",
+        r.stdout_text()
+    );
     // Without the option the same probe does connect: the test can fail.
     e.approve(&[], &probe);
     let r = e.run(&[], &probe);
