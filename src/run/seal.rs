@@ -1,7 +1,8 @@
 //! Stage 8, `seal`: the receipt of a classified run is signed once; the
 //! same bytes go to the state dir's copy, the result record's digest and
 //! stdout or `--receipt`. The child's scratch tree and cgroups are removed
-//! on a second thread while the result record is made durable; then the
+//! on a second thread while the result record is made durable and the
+//! receipt printed (which never waits for that removal); then the
 //! attempt's liveness witness is released and the closing line printed.
 
 use std::io::Write;
@@ -45,15 +46,19 @@ pub(super) fn seal(
     // Every counter is read and every process of the run is gone (or the
     // outcome says it is not known): the child's scratch tree and cgroups
     // are removed while the result record is made durable, its flush the
-    // longest wait left.
+    // longest wait left, and the receipt printed. The receipt never waits
+    // for the removal: the child chose how big its scratch tree is.
     let (hold, child) = spent.hold_and_child();
-    let ((), result_written) = beside(
+    let ((), went) = beside(
         || {
+            if fault::fail("cleanup_stalls") {
+                std::thread::sleep(std::time::Duration::from_secs(30));
+            }
             child.scratch.remove();
             child.cgroups.remove();
         },
         || {
-            hold.record_result(Event::Result {
+            let written = hold.record_result(Event::Result {
                 attempt_id,
                 outcome: outcome.class,
                 reason: outcome.reason,
@@ -61,14 +66,14 @@ pub(super) fn seal(
                 signal: outcome.signal,
                 cleanup: cleanup_state,
                 receipt_sha256: receipt_digest,
-            })
+            });
+            if let Err(e) = written {
+                eprintln!("governed-exec: warning: the result record could not be written ({e}); this attempt will read as `unknown` until resolved");
+            }
+            fault::point("before_print");
+            draft.output(&receipt_text)
         },
     );
-    if let Err(e) = result_written {
-        eprintln!("governed-exec: warning: the result record could not be written ({e}); this attempt will read as `unknown` until resolved");
-    }
-    fault::point("before_print");
-    let went = draft.output(&receipt_text);
     let (_run, child) = spent.release();
     drop(child);
     if outcome.class != OutcomeClass::KnownNotExecuted {

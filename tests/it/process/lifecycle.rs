@@ -403,3 +403,54 @@ fn a_finished_run_leaves_neither_its_scratch_tree_nor_its_cgroups() {
         assert!(left.is_empty(), "cgroups left behind: {left:?}");
     }
 }
+
+/// The receipt never waits for the scratch tree's removal, whose size the
+/// child chooses (a HOME filled with files): with that removal stalled
+/// (injected), the whole receipt is on stdout while the runner is still
+/// removing, and the run's result record is already written.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_stalled_cleanup_does_not_hold_back_the_receipt() {
+    use std::io::BufRead;
+    let e = Env::new();
+    e.approve(&[], &["true"]);
+    let mut c = e.run_cmd(&[], &["true"]);
+    c.env("GOVERNED_EXEC_FAULT", "cleanup_stalls")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut runner = c.spawn().expect("spawn the runner");
+    let stdout = runner.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut doc = String::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let closes = line == "}";
+            doc.push_str(&line);
+            doc.push('\n');
+            if closes {
+                let _ = tx.send(doc);
+                return;
+            }
+        }
+    });
+    // Generous: this bounds a hang, it measures no speed.
+    let receipt = rx.recv_timeout(Duration::from_secs(20));
+    let still_running = runner.try_wait().expect("try_wait").is_none();
+    let _ = runner.kill();
+    let _ = runner.wait();
+    let receipt = receipt.expect("no receipt while the cleanup stalled");
+    assert!(
+        still_running,
+        "the runner had already exited: the stall was not injected"
+    );
+    let body = decode_envelope(receipt.as_bytes());
+    assert_eq!(body["predicate"]["outcome"]["class"], "exited", "{body}");
+    let attempt = body["predicate"]["attempt_id"]
+        .as_str()
+        .expect("attempt_id");
+    assert!(
+        e.journal_show(attempt).to_string().contains("\"result\""),
+        "the result record was not written before the receipt"
+    );
+}
