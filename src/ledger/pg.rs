@@ -171,8 +171,28 @@ impl PgLedger {
     fn connect(&self) -> Result<Client, LedgerError> {
         let env = LibpqEnv::read();
         let mut cfg = postgres::Config::new();
-        cfg.host(&self.target.host)
-            .port(self.target.port)
+        // A host name is resolved here, on this thread, and each address
+        // given as `hostaddr` (the name stays `host`, for TLS): the client
+        // would resolve it on a thread of its own that outlives the
+        // connection by seconds, and a process with a second thread can no
+        // longer enter the user namespace a non-root runner's isolation
+        // needs.
+        match resolve_on_this_thread(&self.target.host, self.target.port) {
+            None => {
+                cfg.host(&self.target.host);
+            }
+            Some(Ok(addrs)) => {
+                for a in addrs {
+                    cfg.host(&self.target.host).hostaddr(a);
+                }
+            }
+            Some(Err(e)) => {
+                return Err(
+                    self.unavailable("connect", format!("resolving {}: {e}", self.target.host))
+                )
+            }
+        }
+        cfg.port(self.target.port)
             .dbname(&self.target.dbname)
             .application_name(env.appname.as_deref().unwrap_or("governed-exec"))
             .connect_timeout(env.connect_timeout)
@@ -971,6 +991,33 @@ fn ssl_mode(mode: &str) -> Option<SslMode> {
     }
 }
 
+/// The addresses of `host`, resolved by the C library on the calling
+/// thread, each once, in its order; `None` for a literal address or a Unix
+/// socket directory, which need no resolving. No address at all is an
+/// error, as the client would make it.
+fn resolve_on_this_thread(host: &str, port: u16) -> Option<std::io::Result<Vec<std::net::IpAddr>>> {
+    use std::net::{IpAddr, ToSocketAddrs};
+    if host.starts_with('/') || host.parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    Some((host, port).to_socket_addrs().and_then(|found| {
+        let mut addrs: Vec<IpAddr> = Vec::new();
+        for a in found {
+            if !addrs.contains(&a.ip()) {
+                addrs.push(a.ip());
+            }
+        }
+        if addrs.is_empty() {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the name has no address",
+            ))
+        } else {
+            Ok(addrs)
+        }
+    }))
+}
+
 /// What a PostgreSQL error was, in the server's own words: its severity,
 /// SQLSTATE, message, detail and hint (`FATAL 28000: role "ci" does not
 /// exist`), or, for a failure before the server said anything, every cause
@@ -1013,6 +1060,25 @@ pub fn cause(e: &postgres::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_host_name_is_resolved_here_and_each_address_once() {
+        assert!(resolve_on_this_thread("127.0.0.1", 5432).is_none());
+        assert!(resolve_on_this_thread("::1", 5432).is_none());
+        assert!(resolve_on_this_thread("/run/postgresql", 5432).is_none());
+        let local = resolve_on_this_thread("localhost", 5432)
+            .expect("a name is resolved")
+            .expect("localhost resolves");
+        assert!(local.iter().all(|a| a.is_loopback()), "{local:?}");
+        let mut unique = local.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), local.len(), "{local:?}");
+        assert!(matches!(
+            resolve_on_this_thread("no-such-host.invalid", 5432),
+            Some(Err(_))
+        ));
+    }
 
     /// Three rows of a real chain (written by the local journal, which
     /// writes the same lines), with the head row that goes with them.
