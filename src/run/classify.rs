@@ -51,7 +51,7 @@ pub(super) fn classify(draft: &Draft, spent: &Spent<'_>, ended: Ended) -> Classi
     receipt_body.cwd = Some(admitted.cwd.identity.clone());
     receipt_body.limits = Some(lease.body.limits);
     receipt_body.isolation = Some(prepared.report.clone());
-    receipt_body.process_limit = Some(child.process_limit.report.clone());
+    receipt_body.process_limit = Some(child.launch.process_limit.report.clone());
     receipt_body.signing = Some(signing_report(&inputs.key, &inputs.key_path, prepared));
     receipt_body.journal_record_sha256 = Some(spent.committed().digest().to_string());
     receipt_body.network = ended.network;
@@ -90,7 +90,7 @@ pub(super) fn classify(draft: &Draft, spent: &Spent<'_>, ended: Ended) -> Classi
             receipt_body.outcome = outcome(&s);
             receipt_body.spawn_path = Some(s.spawn_path.as_str().into());
             receipt_body.cleanup = s.cleanup.clone();
-            let (witness, evadable, why) = cleanup_witness(prepared, &child.cgroups);
+            let (witness, evadable, why) = cleanup_witness(prepared, &child.launch.cgroups);
             receipt_body.cleanup.witness = witness;
             receipt_body.cleanup.evadable = evadable;
             receipt_body.cleanup.evadable_why = why;

@@ -213,7 +213,7 @@ fn execute(
 ) -> Result<i32, draft::Stop> {
     let ready = setup::setup(admission)?;
     let mut spent = commit::commit(ready, draft, signals)?;
-    let proxy = spent.child.proxy.take();
+    let proxy = spent.child.launch.proxy.take();
     let ended = spawn::supervise(spawn::spawn(&spent, signals, mirror), proxy);
     let classified = classify::classify(draft, &spent, ended);
     Ok(seal::seal(draft, spent, classified, quiet))

@@ -55,7 +55,7 @@ pub(super) fn seal(
                 std::thread::sleep(std::time::Duration::from_secs(30));
             }
             child.scratch.remove();
-            child.cgroups.remove();
+            child.launch.cgroups.remove();
         },
         || {
             let written = hold.record_result(Event::Result {

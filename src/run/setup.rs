@@ -114,17 +114,8 @@ pub(super) struct Child {
     /// A portable run's git HEAD, read before the child exists.
     pub(super) workspace_git: Option<crate::model::GitCheckout>,
     pub(super) prepared: isolation::Prepared,
-    pub(super) cgroups: RunCgroups,
-    pub(super) cgroup_v1_tasks: Vec<RawFd>,
-    pub(super) process_limit: process_limit::Plan,
-    /// `--allow-net`'s egress proxy, until `supervise` finishes it.
-    pub(super) proxy: Option<Proxy>,
-    pub(super) argv: Vec<CString>,
-    pub(super) envp: Vec<CString>,
-    pub(super) rlimits: Rlimits,
-    /// The sealed copy of the executable that was hashed: what runs.
-    pub(super) exe_snapshot: OwnedFd,
-    pub(super) devnull: std::fs::File,
+    /// Its cgroups, limits, command line and sealed executable.
+    pub(super) launch: Launch,
 }
 
 /// Ready to spend the use: the run, the child's setup, the open session.
@@ -201,32 +192,13 @@ fn child(inputs: &Inputs, admitted: &mut Admitted, led: &dyn Ledger) -> Result<C
     // at once).
     let rest = launch(admitted, &scratch, cgroups, &mut prepared);
     prepared.confirm_mounts()?;
-    let Launch {
-        cgroups,
-        cgroup_v1_tasks,
-        process_limit,
-        proxy,
-        argv,
-        envp,
-        rlimits,
-        exe_snapshot,
-        devnull,
-    } = rest?;
     Ok(Child {
         attempt_id,
         scratch,
         workspace_path,
         workspace_git,
         prepared,
-        cgroups,
-        cgroup_v1_tasks,
-        process_limit,
-        proxy,
-        argv,
-        envp,
-        rlimits,
-        exe_snapshot,
-        devnull,
+        launch: rest?,
     })
 }
 
@@ -288,16 +260,18 @@ fn place(
 }
 
 /// What the child is started with, beyond its scratch dirs and isolation.
-struct Launch {
-    cgroups: RunCgroups,
-    cgroup_v1_tasks: Vec<RawFd>,
-    process_limit: process_limit::Plan,
-    proxy: Option<Proxy>,
-    argv: Vec<CString>,
-    envp: Vec<CString>,
-    rlimits: Rlimits,
-    exe_snapshot: OwnedFd,
-    devnull: std::fs::File,
+pub(super) struct Launch {
+    pub(super) cgroups: RunCgroups,
+    pub(super) cgroup_v1_tasks: Vec<RawFd>,
+    pub(super) process_limit: process_limit::Plan,
+    /// `--allow-net`'s egress proxy, until `supervise` finishes it.
+    pub(super) proxy: Option<Proxy>,
+    pub(super) argv: Vec<CString>,
+    pub(super) envp: Vec<CString>,
+    pub(super) rlimits: Rlimits,
+    /// The sealed copy of the executable that was hashed: what runs.
+    pub(super) exe_snapshot: OwnedFd,
+    pub(super) devnull: std::fs::File,
 }
 
 /// The rest of the child's setup, once its isolation is prepared and its
