@@ -768,19 +768,16 @@ fn exec_report(
     (pid, pidfd, path): (libc::pid_t, OwnedFd, SpawnPath),
     exit_trace: ExitTrace,
 ) -> io::Result<Spawned> {
-    let mut report = [0u8; 5];
-    let n = read_full(err_r.as_raw_fd(), &mut report)?;
-    if n == 0 {
+    let Some((step, errno)) = read_child_failure(err_r)? else {
         return Ok(Spawned::Running {
             pid,
             pidfd,
             path,
             exit_trace,
         });
-    }
+    };
     let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-    let step = ChildStep::from_u8(report[0]).unwrap_or(ChildStep::Exec);
-    let errno = i32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
+    let step = ChildStep::from_u8(step).unwrap_or(ChildStep::Exec);
     Ok(Spawned::Failed { step, errno, path })
 }
 
@@ -948,15 +945,12 @@ impl MountProbe {
 
     /// Wait for the probe: `Err` carries the errno of the step that failed.
     pub fn verdict(mut self) -> io::Result<()> {
-        let mut report = [0u8; 5];
-        let n = read_full(self.err_r.as_raw_fd(), &mut report);
+        let failure = read_child_failure(&self.err_r);
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
         self.reaped = true;
-        match n? {
-            0 => Ok(()),
-            _ => Err(io::Error::from_raw_os_error(i32::from_ne_bytes([
-                report[1], report[2], report[3], report[4],
-            ]))),
+        match failure? {
+            None => Ok(()),
+            Some((_, errno)) => Err(io::Error::from_raw_os_error(errno)),
         }
     }
 }
@@ -971,6 +965,20 @@ impl Drop for MountProbe {
         unsafe { libc::kill(self.pid, libc::SIGKILL) };
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
     }
+}
+
+/// What a forked child wrote through `child_fail` before it exited: the
+/// failing step and errno, or `None` at EOF (the pipe closed on exec, or on
+/// a child that succeeded and exited).
+fn read_child_failure(err_r: &OwnedFd) -> io::Result<Option<(u8, i32)>> {
+    let mut report = [0u8; 5];
+    Ok(match read_full(err_r.as_raw_fd(), &mut report)? {
+        0 => None,
+        _ => Some((
+            report[0],
+            i32::from_ne_bytes([report[1], report[2], report[3], report[4]]),
+        )),
+    })
 }
 
 fn read_full(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
