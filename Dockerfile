@@ -11,6 +11,7 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY crates ./crates
 # Cargo.toml names this bench target; cargo refuses a manifest whose
 # targets are missing (scripts/check-dockerfile.sh builds from exactly
 # these COPYs to prove the list is complete).

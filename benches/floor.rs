@@ -43,7 +43,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
-use governed_exec::os::sys;
+use governed_sys as sys;
 use sha2::{Digest, Sha256};
 
 fn hex(b: &[u8]) -> String {

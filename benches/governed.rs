@@ -1045,8 +1045,8 @@ fn other_figures(f: &Fixture) {
 /// made exactly as `run` makes them, that a real process ran in. Also how
 /// long making and removing the run's groups takes (informative).
 fn accounting_cost(o: &Opts, rep: &mut Report) {
-    use governed_exec::process::accounting;
-    use governed_exec::process::cgroup::RunCgroups;
+    use governed_runner::process::accounting;
+    use governed_runner::process::cgroup::RunCgroups;
     let id = format!("bench-{}", std::process::id());
     let groups = RunCgroups::create(&id, Some(1024), Some(2 << 30), false);
     let dirs = groups.counter_dirs();

@@ -14,7 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use governed_exec::gate::identity::{self, Snapshot, CLEAN_PATH};
+use governed_runner::gate::identity::{self, Snapshot, CLEAN_PATH};
 
 fn make_exe(dir: &Path, name: &str, size: u64) -> String {
     let p = dir.join(name);

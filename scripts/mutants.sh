@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of the decision modules (issue 24, "Test strength,
-# measured"): for each module, cargo-mutants changes one decision at a time
+# Mutation testing of the decision modules: for each module, cargo-mutants changes one decision at a time
 # (a comparison, a `&&`, a negation, a function's result) and runs the tests
 # that exercise that module; a mutant no test notices is a decision that
 # could be wrong with every test green. Prints caught/viable per module
@@ -34,17 +33,17 @@ command -v cargo-mutants >/dev/null || {
 # The journal's regex keeps to its decisions (checkpoint, invariants, the
 # audit, the fold), not the file plumbing the integration suite covers.
 modules=(
-  "admission|src/gate/admission.rs||--lib --test it -- gate::admission gate::lease_rules gate::portable gate::identity_drift"
-  "lease|src/gate/lease.rs||--lib -- gate::lease"
-  "journal|src/ledger/journal.rs|check_checkpoint|checkpoint_bound|checkpoint_trusted|load_checkpoint|record_ending_at|invariant_violations|audit|summary_difference|Summary::fold|hmac|--lib -- ledger::journal"
-  "verify|src/evidence/verify.rs||--lib -- evidence::verify"
-  "goal|src/model/goal.rs||--lib -- model::goal"
-  "limits|src/model/limits.rs||--lib -- model::limits"
-  "ledger|src/ledger/mod.rs||--lib -- ledger::tests"
-  "local|src/ledger/local.rs||--lib --test it -- ledger:: gate::portable::a_local_ledger"
-  "process_limit|src/process/process_limit.rs||--lib -- process::process_limit"
-  "manifest_index|src/gate/manifest_index.rs||--lib --test it -- gate::manifest_index"
-  "pg|src/ledger/pg.rs||--lib --test it -- ledger::pg"
+  "admission|crates/runner/src/gate/admission.rs||--lib --test it -- gate::admission gate::lease_rules gate::portable gate::identity_drift"
+  "lease|crates/runner/src/gate/lease.rs||--lib -- gate::lease"
+  "journal|crates/ledger/src/journal.rs|check_checkpoint|checkpoint_bound|checkpoint_trusted|load_checkpoint|record_ending_at|invariant_violations|audit|summary_difference|Summary::fold|hmac|--lib -- journal::"
+  "verify|crates/evidence/src/verify.rs||--lib -- verify::"
+  "goal|crates/model/src/goal.rs||--lib -- goal::"
+  "limits|crates/model/src/limits.rs||--lib -- limits::"
+  "ledger|crates/ledger/src/lib.rs||--lib -- tests::"
+  "local|crates/ledger/src/local.rs||--lib --test it -- ledger:: gate::portable::a_local_ledger"
+  "process_limit|crates/runner/src/process/process_limit.rs||--lib -- process::process_limit"
+  "manifest_index|crates/runner/src/gate/manifest_index.rs||--lib --test it -- gate::manifest_index"
+  "pg|crates/ledger/src/pg/*.rs||--lib --test it -- ledger::pg"
 )
 
 want=("$@")
@@ -57,8 +56,8 @@ selected() {
 
 place=(--in-place)
 [ "${MUTANTS_COPY:-}" = 1 ] && place=(-j 1)
-if [ "${place[0]}" = --in-place ] && ! git diff --quiet -- src; then
-  echo "mutants.sh: src/ has uncommitted changes; commit them or use MUTANTS_COPY=1" >&2
+if [ "${place[0]}" = --in-place ] && ! git diff --quiet -- src crates; then
+  echo "mutants.sh: src/ or crates/ has uncommitted changes; commit them or use MUTANTS_COPY=1" >&2
   exit 2
 fi
 
@@ -90,6 +89,11 @@ for m in "${modules[@]}"; do
   # filters only to the test binaries.
   targets=()
   for t in ${args%% -- *}; do targets+=("--cargo-arg=$t"); done
+  # The integration tests (`--test it`) are the binary package's, not the
+  # mutated crate's: test the workspace then, else only the mutated crate.
+  case " ${args%% -- *} " in
+    *" --test it "*) targets+=(--test-workspace=true) ;;
+  esac
   # shellcheck disable=SC2086 # the filters are words
   cargo mutants "${place[@]}" --all-features --no-shuffle --colors never \
     --minimum-test-timeout 60 -f "$file" "${filter[@]}" "${targets[@]}" -o "$out" \

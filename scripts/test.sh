@@ -53,4 +53,4 @@ if [ -z "${GOVERNED_EXEC_TEST_PG_PORT:-}" ]; then
     echo "*** SKIP: no PostgreSQL test cluster could be started; the PostgreSQL ledger tests will SKIP ***" >&2
   fi
 fi
-cargo test --locked --all-features -- "$@"
+cargo test --locked --workspace --all-features -- "$@"

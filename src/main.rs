@@ -1,5 +1,9 @@
-//! Parse, call the library, exit with the code — nothing else.
+//! Parse, run one command, exit with its code — nothing else.
+
+#![forbid(unsafe_code)]
+
+mod cli;
 
 fn main() {
-    std::process::exit(governed_exec::cli_main());
+    std::process::exit(cli::main());
 }

@@ -1,7 +1,7 @@
 #![no_main]
-//! See `governed_exec::testing::fuzzing::approvals`.
+//! See `governed_testkit::fuzzing::approvals`.
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    governed_exec::testing::fuzzing::approvals(data);
+    governed_testkit::fuzzing::approvals(data);
 });

@@ -1,7 +1,7 @@
 #![no_main]
-//! See `governed_exec::testing::fuzzing::checkpoint`.
+//! See `governed_testkit::fuzzing::checkpoint`.
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    governed_exec::testing::fuzzing::checkpoint(data);
+    governed_testkit::fuzzing::checkpoint(data);
 });

@@ -1,7 +1,7 @@
 #![no_main]
-//! See `governed_exec::testing::fuzzing::lease`.
+//! See `governed_testkit::fuzzing::lease`.
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    governed_exec::testing::fuzzing::lease(data);
+    governed_testkit::fuzzing::lease(data);
 });

@@ -1,7 +1,7 @@
 #![no_main]
-//! See `governed_exec::testing::fuzzing::output_projection`.
+//! See `governed_testkit::fuzzing::output_projection`.
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    governed_exec::testing::fuzzing::output_projection(data);
+    governed_testkit::fuzzing::output_projection(data);
 });

@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = governed_exec::model::parse_json::<governed_exec::model::Goal>("fuzz", data);
+    let _ = governed_model::parse_json::<governed_model::Goal>("fuzz", data);
 });

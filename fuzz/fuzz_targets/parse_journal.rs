@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = governed_exec::ledger::journal::parse_journal_bytes(std::path::Path::new("fuzz.jsonl"), data);
+    let _ = governed_ledger::journal::parse_journal_bytes(std::path::Path::new("fuzz.jsonl"), data);
 });

@@ -3,8 +3,8 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(env) = governed_exec::model::parse_json::<governed_exec::model::Envelope>("fuzz", data) {
-        let _ = governed_exec::evidence::receipt::decode_statement(&env);
+    if let Ok(env) = governed_model::parse_json::<governed_model::Envelope>("fuzz", data) {
+        let _ = governed_evidence::receipt::decode_statement(&env);
     }
-    let _ = governed_exec::model::parse_json::<governed_exec::model::Statement>("fuzz", data);
+    let _ = governed_model::parse_json::<governed_model::Statement>("fuzz", data);
 });

@@ -1,7 +1,7 @@
 #![no_main]
-//! See `governed_exec::testing::fuzzing::pem_key`.
+//! See `governed_testkit::fuzzing::pem_key`.
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    governed_exec::testing::fuzzing::pem_key(data);
+    governed_testkit::fuzzing::pem_key(data);
 });

@@ -1,7 +1,7 @@
 #![no_main]
-//! See `governed_exec::testing::fuzzing::pg_credentials`.
+//! See `governed_testkit::fuzzing::pg_credentials`.
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    governed_exec::testing::fuzzing::pg_credentials(data);
+    governed_testkit::fuzzing::pg_credentials(data);
 });

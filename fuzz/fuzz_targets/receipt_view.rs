@@ -1,7 +1,7 @@
 #![no_main]
-//! See `governed_exec::testing::fuzzing::receipt_view`.
+//! See `governed_testkit::fuzzing::receipt_view`.
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    governed_exec::testing::fuzzing::receipt_view(data);
+    governed_testkit::fuzzing::receipt_view(data);
 });

@@ -28,11 +28,11 @@ use std::time::{Duration, SystemTime};
 
 use crate::cli::approve::{self, ApproveArgs, LimitOverrides};
 use crate::cli::args::{ApproveCmd, CheckFormat};
-use crate::evidence::{escape, sign};
-use crate::gate::lease;
-use crate::model::approvals::{self as file_shape, Entry, NumberOrText};
-use crate::model::limits::{parse_duration, parse_max_processes, parse_size};
-use crate::model::{goal, LeaseBody, Manifest, Revocation};
+use governed_evidence::{escape, sign};
+use governed_model::approvals::{self as file_shape, Entry, NumberOrText};
+use governed_model::limits::{parse_duration, parse_max_processes, parse_size};
+use governed_model::{goal, LeaseBody, Manifest, Revocation};
+use governed_runner::gate::lease;
 
 /// Bound on an approvals file's size.
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -57,14 +57,14 @@ pub enum ApprovalsError {
     #[error(transparent)]
     Manifest(#[from] lease::ManifestError),
     #[error(transparent)]
-    Ledger(#[from] crate::ledger::LedgerSpecError),
+    Ledger(#[from] governed_ledger::LedgerSpecError),
     #[error("lease {id} is revoked in {manifest} but not yet in its ledger {ledger}: {source}; run `revoke --lease {id}` once the ledger is reachable")]
     NotYetRevoked {
         id: String,
         manifest: String,
         ledger: String,
         #[source]
-        source: crate::ledger::LedgerError,
+        source: governed_ledger::LedgerError,
     },
     #[error(transparent)]
     Out(#[from] crate::cli::out::OutError),
@@ -98,7 +98,7 @@ pub fn main(a: &ApproveCmd) -> Result<bool, ApprovalsError> {
         file: shown.clone(),
         message,
     };
-    let bytes = crate::os::safe_io::read_bounded(path, MAX_FILE_BYTES)
+    let bytes = governed_sys::safe_io::read_bounded(path, MAX_FILE_BYTES)
         .map_err(|e| file_err(e.to_string()))?;
     let text = String::from_utf8(bytes).map_err(|_| file_err("not UTF-8 text".into()))?;
     let parsed =
@@ -175,7 +175,8 @@ fn resolve_all(
             err(at, f.to_string())
         })?;
         if !goals.contains_key(&args.goal) {
-            let g = goal::load(&args.goal).map_err(|m| err(line, m.to_string()))?;
+            let g = governed_evidence::goal_file::load(&args.goal)
+                .map_err(|m| err(line, m.to_string()))?;
             goals.insert(args.goal.clone(), g);
         }
         let Some(g) = goals.get(&args.goal) else {
@@ -394,10 +395,10 @@ fn approve_all(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<(),
             replaced.push(approve::supersede(m, &s.body));
             m.leases.push(s.clone());
             if i == 2 {
-                crate::testing::fault::point(FAULT_AFTER_THIRD);
+                governed_fault::point(FAULT_AFTER_THIRD);
             }
         }
-        let at = crate::ledger::journal::now_rfc3339();
+        let at = governed_ledger::journal::now_rfc3339();
         for (id, _, _) in &pruned {
             m.revocations.push(Revocation {
                 lease_id: id.clone(),
@@ -488,8 +489,8 @@ fn prunable(m: &Manifest, bodies: &[&LeaseBody], prune: bool) -> Vec<Pruned> {
 fn revoke_pruned(a: &ApproveCmd, pruned: &[Pruned], prune_by: &str) -> Result<(), ApprovalsError> {
     for (id, goal_id, named) in pruned {
         let Some(named) = named else { continue };
-        let l = crate::ledger::LedgerSpec::parse(named)?.open();
-        crate::ledger::revoke(&*l, goal_id, id, prune_by).map_err(|source| {
+        let l = governed_ledger::LedgerSpec::parse(named)?.open();
+        governed_ledger::revoke(&*l, goal_id, id, prune_by).map_err(|source| {
             ApprovalsError::NotYetRevoked {
                 id: id.clone(),
                 manifest: escape::visible(&a.manifest.display().to_string()),
@@ -651,12 +652,12 @@ fn shown_value(key: &str, v: &serde_json::Value) -> String {
         }
     }
     if let Some(n) = v.as_u64() {
-        let size = crate::model::limits::format_size(n);
+        let size = governed_model::limits::format_size(n);
         if (key.ends_with("_bytes") || key == "executable.size") && !size.ends_with("bytes") {
             return format!("{n} ({size})");
         }
         if key.ends_with("_ms") {
-            return format!("{n} ({})", crate::model::limits::format_ms(n));
+            return format!("{n} ({})", governed_model::limits::format_ms(n));
         }
     }
     match v {
@@ -667,7 +668,7 @@ fn shown_value(key: &str, v: &serde_json::Value) -> String {
 
 fn check(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<bool, ApprovalsError> {
     let manifest = current_manifest(&a.manifest)?.unwrap_or_else(|| Manifest {
-        schema: crate::model::MANIFEST_SCHEMA.to_string(),
+        schema: governed_model::MANIFEST_SCHEMA.to_string(),
         leases: vec![],
         revocations: vec![],
         superseded: vec![],
@@ -809,7 +810,7 @@ fn check_markdown(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Binding, PortableIdentity};
+    use governed_model::{Binding, PortableIdentity};
 
     fn at(rfc3339: &str) -> SystemTime {
         humantime::parse_rfc3339(rfc3339).unwrap()
@@ -817,24 +818,24 @@ mod tests {
 
     #[test]
     fn the_same_grant_approved_again_has_no_differences() {
-        let (lease, _) = crate::gate::lease::tests::sample();
-        let mut again = lease.body.clone();
+        let body = governed_testkit::fixtures::lease_body();
+        let mut again = body.clone();
         again.lease_id = "lease-2".into();
         again.issued_at = "2026-01-01T00:10:00Z".into();
         again.expires_at = "2026-01-01T00:25:00Z".into();
         again.approver = "bob".into();
         let ttl = Duration::from_secs(900);
-        assert!(differences(&lease.body, &again, ttl, at("2026-01-01T00:05:00Z")).is_empty());
+        assert!(differences(&body, &again, ttl, at("2026-01-01T00:05:00Z")).is_empty());
     }
 
     #[test]
     fn limits_ttl_and_expiry_are_differences_shown_for_a_reader() {
-        let (lease, _) = crate::gate::lease::tests::sample();
-        let mut new = lease.body.clone();
+        let body = governed_testkit::fixtures::lease_body();
+        let mut new = body.clone();
         new.limits.memory_bytes = 512 * 1024 * 1024;
         new.limits.wall_time_ms = 90_000;
         let d = differences(
-            &lease.body,
+            &body,
             &new,
             Duration::from_secs(3600),
             at("2026-01-02T00:00:00Z"),
@@ -852,8 +853,8 @@ mod tests {
 
     #[test]
     fn a_portable_lease_is_compared_on_what_a_portable_run_checks() {
-        let (lease, _) = crate::gate::lease::tests::sample();
-        let mut old = lease.body.clone();
+        let body = governed_testkit::fixtures::lease_body();
+        let mut old = body.clone();
         old.binding = Binding::Portable;
         old.portable = Some(PortableIdentity {
             executable_path: "/usr/bin/dash".into(),

@@ -6,19 +6,20 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::cli::args::ApproveCmd;
-use crate::gate::identity::{self, IdentityError, CLEAN_PATH};
-use crate::gate::lease;
-use crate::ledger::{LedgerSpec, LedgerSpecError};
-use crate::model::goal;
-use crate::model::limits::{format_ms, format_size, tier};
-use crate::model::{
+use governed_evidence::{escape, sign};
+use governed_ledger::{LedgerSpec, LedgerSpecError};
+use governed_model::goal;
+use governed_model::limits::{format_ms, format_size, tier};
+use governed_model::{
     Binding, EnvPolicy, IsolationRequest, LeaseBody, Limits, Manifest, MaxProcesses, NoSuchId,
     Profile, Request, Supersession, UserSpec, LEASE_SCHEMA,
 };
-use crate::process::isolation::boundary_text;
-use crate::process::network;
-use crate::run::{new_id, read_request, RequestError};
-use crate::{evidence::escape, evidence::sign, process::env};
+use governed_runner::gate::identity::{self, IdentityError, CLEAN_PATH};
+use governed_runner::gate::lease;
+use governed_runner::process::env;
+use governed_runner::process::isolation::boundary_text;
+use governed_runner::process::network;
+use governed_runner::run::{new_id, read_request, RequestError};
 
 /// Why `approve` made no lease: a usage error (exit 2), naming the flag or
 /// file and, where there is one, the value that works.
@@ -112,7 +113,7 @@ pub enum ApproveError {
         manifest: String,
         ledger: String,
         #[source]
-        source: crate::ledger::LedgerError,
+        source: governed_ledger::LedgerError,
     },
 }
 
@@ -566,7 +567,7 @@ fn approver_name(a: &ApproveArgs) -> String {
 
 /// Resolve, sign and store the lease. Returns the lease id.
 pub fn approve(a: ApproveArgs) -> Result<String, ApproveError> {
-    let goal = goal::load(&a.goal)?;
+    let goal = governed_evidence::goal_file::load(&a.goal)?;
     let key = sign::load_signing_key(&a.key)?;
     let request = request_of(&a)?;
     let body = lease_body(&a, &goal, request, SystemTime::now())?;
@@ -628,9 +629,9 @@ pub fn report_superseded(
     }
     for (old, named) in replaced {
         let Some(named) = named else { continue };
-        let l = crate::ledger::LedgerSpec::parse(named)?.open();
+        let l = governed_ledger::LedgerSpec::parse(named)?.open();
         let by = format!("superseded by lease {id}");
-        crate::ledger::revoke(&*l, goal_id, old, &by).map_err(|source| {
+        governed_ledger::revoke(&*l, goal_id, old, &by).map_err(|source| {
             ApproveError::NotYetRevoked {
                 old: old.clone(),
                 manifest: escape::visible(&manifest.display().to_string()),
@@ -676,7 +677,7 @@ pub fn supersede(m: &mut Manifest, new: &LeaseBody) -> Vec<(String, Option<Strin
         .filter(|b| same_approval(b, new))
         .map(|b| (b.lease_id.clone(), b.ledger.clone()))
         .collect();
-    let at = crate::ledger::journal::now_rfc3339();
+    let at = governed_ledger::journal::now_rfc3339();
     for (old, _) in &replaced {
         m.superseded.push(Supersession {
             lease_id: old.clone(),
@@ -900,8 +901,8 @@ fn boundary_rows(b: &LeaseBody) -> Vec<Row> {
     }
     let here = Machine {
         euid: nix::unistd::geteuid().as_raw(),
-        admin: crate::os::sys::has_effective_capability(21),
-        landlock: crate::os::sys::landlock_abi_version().is_some(),
+        admin: governed_sys::has_effective_capability(21),
+        landlock: governed_sys::landlock_abi_version().is_some(),
     };
     let warnings = unverifiable_here(&b.isolation, here);
     let reach_warnings = if warnings.is_empty() {
@@ -921,9 +922,9 @@ fn boundary_rows(b: &LeaseBody) -> Vec<Row> {
 /// the approver hears it here, with the fix. A uid-0 child under isolation
 /// on a runner that can cover them is not warned about.
 pub fn daemons_in_reach_here(iso: &IsolationRequest, m: Machine) -> Vec<String> {
-    use crate::gate::reach::{self, ChildIds};
+    use governed_runner::gate::reach::{self, ChildIds};
     let child_uid = iso.as_user.map_or(m.euid, |u| u.uid);
-    let covers = m.euid == 0 && m.admin && crate::process::isolation::any_isolation(iso);
+    let covers = m.euid == 0 && m.admin && governed_runner::process::isolation::any_isolation(iso);
     // Covers hold with the Landlock guard (a uid-0 child) or a fresh /proc.
     let covers_hold = covers && reach::covers_hold(child_uid == 0 && m.landlock, iso.pid_namespace);
     if covers_hold {
@@ -970,7 +971,7 @@ pub struct Machine {
 /// signing report and cleanup witness, CONTRACT §7), each naming the
 /// flags that fix it; empty when nothing is predicted.
 pub fn unverifiable_here(iso: &IsolationRequest, m: Machine) -> Vec<String> {
-    let any = crate::process::isolation::any_isolation(iso);
+    let any = governed_runner::process::isolation::any_isolation(iso);
     let child_uid = iso.as_user.map_or(m.euid, |u| u.uid);
     let mut out = Vec::new();
     if child_uid == 0 && !any {

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::ledger::journal::Classification;
-use crate::model::limits::{parse_duration, parse_max_processes, parse_size};
-use crate::model::{MaxProcesses, Profile};
+use governed_ledger::journal::Classification;
+use governed_model::limits::{parse_duration, parse_max_processes, parse_size};
+use governed_model::{MaxProcesses, Profile};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -40,6 +40,20 @@ struct RunOnly {
 enum RunOnlyCommand {
     #[command(about = RUN_ABOUT)]
     Run(Box<RunCmd>),
+}
+
+/// `--profile`: one of the tiers, listed in `--help` as clap lists a value enum.
+fn profile_parser() -> impl clap::builder::TypedValueParser<Value = Profile> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Profile::ALL.map(Profile::name))
+        .try_map(|s| s.parse::<Profile>())
+}
+
+/// `resolve --as`: one of the classifications a person can record.
+fn classification_parser() -> impl clap::builder::TypedValueParser<Value = Classification> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Classification::ALL.map(Classification::name))
+        .try_map(|s| s.parse::<Classification>())
 }
 
 /// Parse a command line whose first argument is `run` (the caller checked):
@@ -138,7 +152,7 @@ pub enum Command {
         #[arg(long)]
         attempt: String,
         /// What the person found: the run succeeded, failed, or must stop.
-        #[arg(long = "as", value_enum)]
+        #[arg(long = "as", value_parser = classification_parser())]
         as_: Classification,
         /// Who classifies (recorded in the ledger).
         #[arg(long)]
@@ -312,7 +326,7 @@ pub struct ApproveCmd {
     #[arg(long)]
     pub approver: Option<String>,
     /// The tier of limits; the limit flags list each tier's default as short, standard, long [default: standard, or the request file's].
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = profile_parser())]
     pub profile: Option<Profile>,
     /// The working directory, relative to the workspace [default: .].
     #[arg(long, value_name = "REL")]
@@ -451,7 +465,7 @@ pub struct RunCmd {
     #[arg(long, value_name = "REL")]
     pub cwd: Option<String>,
     /// The profile of `-- CMD` [default: the matching lease's].
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = profile_parser())]
     pub profile: Option<Profile>,
     /// Bind the receipt to this run: recorded as `predicate.nonce` (in a
     /// refusal too); `verify --nonce` checks it. At most 256 bytes, no

@@ -11,13 +11,14 @@
 use nix::sys::resource::{getrlimit, Resource};
 use serde::Serialize;
 
-use crate::model::limits::tier;
-use crate::model::{MaxProcesses, Profile};
-use crate::os::sys::{self, CAP_SYS_RESOURCE};
-use crate::process::accounting;
-use crate::process::cgroup::{self, RunCgroups};
-use crate::process::isolation;
-use crate::process::process_limit;
+use governed_model::limits::tier;
+use governed_model::{MaxProcesses, Profile};
+use governed_runner::process::accounting;
+use governed_runner::process::cgroup::{self, RunCgroups};
+use governed_runner::process::isolation;
+use governed_runner::process::process_limit;
+use governed_sys as sys;
+use governed_sys::CAP_SYS_RESOURCE;
 
 #[derive(Debug, Serialize)]
 pub struct Check {
@@ -181,7 +182,7 @@ fn spawn_check() -> Check {
 fn limit_checks(euid: u32) -> (Vec<Check>, Vec<ProfileLimit>) {
     let mut checks = Vec::new();
     // The same groups `run` makes, made and removed again.
-    let probe_id = crate::run::new_id("doctor");
+    let probe_id = governed_runner::run::new_id("doctor");
     let largest = tier(Profile::Long).max_processes.limit();
     let cgroups = RunCgroups::create(
         &probe_id,
@@ -423,7 +424,7 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
         .map(|m| {
             (
                 m,
-                format!("the child gets a network namespace with only loopback and governed-exec's HTTP proxy on {}, which dials only the lease's --allow-net entries from the runner's network", crate::process::network::PROXY_ADDR),
+                format!("the child gets a network namespace with only loopback and governed-exec's HTTP proxy on {}, which dials only the lease's --allow-net entries from the runner's network", governed_runner::process::network::PROXY_ADDR),
             )
         })),
     ));
@@ -489,7 +490,7 @@ fn key_checks(euid: u32) -> Vec<Check> {
 /// uid without isolation, under isolation, and `--as-user` another uid.
 /// `available` says whether some lease can keep it out of reach here.
 fn reach_checks(euid: u32, admin: bool, landlock_abi: Option<i64>) -> Vec<Check> {
-    use crate::gate::reach::{self, ChildIds};
+    use governed_runner::gate::reach::{self, ChildIds};
     let same_uid = ChildIds::runners_own();
     let mut out = Vec::new();
     for (sock, daemon) in reach::daemon_sockets(euid, euid, &[]) {
@@ -516,7 +517,7 @@ fn reach_checks(euid: u32, admin: bool, landlock_abi: Option<i64>) -> Vec<Check>
         };
         out.push(check("reach_daemon_socket", r));
     }
-    for f in crate::ledger::pg::credential_files() {
+    for f in governed_ledger::pg::credential_files() {
         let r = if euid == 0 && admin {
             Finding::yes(
                 "mount_cover".to_string(),
@@ -590,7 +591,7 @@ pub fn ledger_check(l: &str) -> Check {
 #[derive(Debug, thiserror::Error)]
 enum LedgerUnusable {
     #[error(transparent)]
-    Spec(#[from] crate::ledger::LedgerSpecError),
+    Spec(#[from] governed_ledger::LedgerSpecError),
     #[error("{}: {source}{hint}", .path.display())]
     Stat {
         path: std::path::PathBuf,
@@ -607,17 +608,17 @@ enum LedgerUnusable {
         hint: String,
     },
     #[error(transparent)]
-    Ledger(#[from] crate::ledger::LedgerError),
+    Ledger(#[from] governed_ledger::LedgerError),
     /// A journal of the ledger that does not read: its label and why.
     #[error("{label}: {why}")]
     Chain {
         label: String,
-        why: crate::ledger::BrokenChain,
+        why: governed_ledger::BrokenChain,
     },
 }
 
 fn ledger_usable(l: &str) -> Result<(String, String), LedgerUnusable> {
-    use crate::ledger::LedgerSpec;
+    use governed_ledger::LedgerSpec;
     use nix::unistd::{faccessat, AccessFlags};
     use std::os::unix::fs::MetadataExt;
     let spec = LedgerSpec::parse(l)?;
@@ -628,7 +629,7 @@ fn ledger_usable(l: &str) -> Result<(String, String), LedgerUnusable> {
             let mut owners = Vec::new();
             for d in [dir.clone(), dir.join("journal")] {
                 let m = std::fs::metadata(&d).map_err(|source| LedgerUnusable::Stat {
-                    hint: crate::os::safe_io::permission_hint(&d, &source),
+                    hint: governed_sys::safe_io::permission_hint(&d, &source),
                     path: d.clone(),
                     source,
                 })?;
@@ -640,7 +641,7 @@ fn ledger_usable(l: &str) -> Result<(String, String), LedgerUnusable> {
                     let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
                     return Err(LedgerUnusable::Denied {
                         euid,
-                        hint: crate::os::safe_io::permission_hint(&d, &denied),
+                        hint: governed_sys::safe_io::permission_hint(&d, &denied),
                         path: d,
                     });
                 }

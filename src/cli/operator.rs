@@ -4,10 +4,12 @@
 use std::path::Path;
 
 use crate::cli::args::ReceiptFormat;
-use crate::ledger::journal::{self, Classification, Event};
-pub use crate::ledger::OperatorError;
-use crate::ledger::{self, Ledger};
-use crate::{evidence::escape, evidence::receipt, evidence::sign, evidence::view, gate::lease};
+use governed_evidence::{escape, receipt, sign, view};
+use governed_ledger as ledger;
+use governed_ledger::journal::{self, Classification, Event};
+use governed_ledger::Ledger;
+pub use governed_ledger::OperatorError;
+use governed_runner::gate::lease;
 
 /// Why `keygen`, `receipt show` or `journal` failed: a usage error (exit 2)
 /// with the cause's own words.
@@ -18,14 +20,14 @@ pub enum CommandError {
     #[error(transparent)]
     Receipt(#[from] receipt::ReceiptError),
     #[error(transparent)]
-    Parse(#[from] crate::model::ParseError),
+    Parse(#[from] governed_model::ParseError),
     #[error("receipt {0}: the statement has no `predicate` object")]
     NoPredicate(String),
     #[error(transparent)]
-    Ledger(#[from] crate::ledger::LedgerError),
+    Ledger(#[from] governed_ledger::LedgerError),
     /// A chain of the ledger that does not read (its own words).
     #[error(transparent)]
-    Chain(crate::ledger::BrokenChain),
+    Chain(governed_ledger::BrokenChain),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
     #[error(transparent)]
@@ -58,7 +60,7 @@ pub fn receipt_show(path: &Path, format: ReceiptFormat) -> Result<(), CommandErr
     // The human views read plain JSON, so a field added by another release
     // is shown instead of failing the view.
     let payload = sign::b64_decode(&env.payload).ok_or(receipt::ReceiptError::Base64)?;
-    let stmt: serde_json::Value = crate::model::parse_json("receipt statement", &payload)?;
+    let stmt: serde_json::Value = governed_model::parse_json("receipt statement", &payload)?;
     if !stmt["predicate"].is_object() {
         return Err(CommandError::NoPredicate(path.display().to_string()));
     }
@@ -77,7 +79,7 @@ pub struct RefusalRow {
     pub chain: String,
     pub at: String,
     pub lease_id: Option<String>,
-    pub reason: crate::model::Reason,
+    pub reason: governed_model::Reason,
     pub message: String,
 }
 
@@ -373,7 +375,7 @@ pub fn revoke(
     let named = l.body.ledger.clone();
     lease::update_manifest(manifest, false, |m| {
         if !m.revocations.iter().any(|r| r.lease_id == lease_id) {
-            m.revocations.push(crate::model::Revocation {
+            m.revocations.push(governed_model::Revocation {
                 lease_id: lease_id.to_string(),
                 by: by.to_string(),
                 at: journal::now_rfc3339(),

@@ -32,7 +32,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::model::LeaseBody;
+use governed_model::LeaseBody;
 
 /// Where the executable was found before symlinks were followed.
 fn found_at(b: &LeaseBody) -> PathBuf {

@@ -29,6 +29,7 @@ mod gate {
 }
 mod ledger {
     mod journal;
+    #[cfg(feature = "postgres")]
     pub mod pg;
 }
 mod process {

@@ -139,7 +139,7 @@ fn forge_index(e: &Env, f: impl Fn(Vec<String>) -> Vec<String>) {
         .map(str::to_string)
         .collect();
     let body = f(lines).join("\n") + "\n";
-    let mac = governed_exec::ledger::journal::hmac_sha256(&mac_key(e), body.as_bytes());
+    let mac = governed_ledger::journal::hmac_sha256(&mac_key(e), body.as_bytes());
     std::fs::write(&files[0], format!("{body}mac {}\n", hex::encode(mac))).unwrap();
 }
 

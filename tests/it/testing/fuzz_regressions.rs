@@ -22,7 +22,7 @@ fn inputs(target: &str) -> Vec<Vec<u8>> {
 
 #[test]
 fn saved_fuzz_inputs_do_not_panic() {
-    use governed_exec::model::*;
+    use governed_model::*;
     for d in inputs("parse_goal") {
         let _ = parse_json::<Goal>("t", &d);
     }
@@ -34,28 +34,28 @@ fn saved_fuzz_inputs_do_not_panic() {
     }
     for d in inputs("parse_receipt") {
         if let Ok(env) = parse_json::<Envelope>("t", &d) {
-            let _ = governed_exec::evidence::receipt::decode_statement(&env);
+            let _ = governed_evidence::receipt::decode_statement(&env);
         }
         let _ = parse_json::<Statement>("t", &d);
     }
     for d in inputs("parse_journal") {
-        let _ = governed_exec::ledger::journal::parse_journal_bytes(Path::new("t.jsonl"), &d);
+        let _ = governed_ledger::journal::parse_journal_bytes(Path::new("t.jsonl"), &d);
     }
     for d in inputs("checkpoint") {
-        governed_exec::testing::fuzzing::checkpoint(&d);
+        governed_testkit::fuzzing::checkpoint(&d);
     }
     for d in inputs("pem_key") {
-        governed_exec::testing::fuzzing::pem_key(&d);
+        governed_testkit::fuzzing::pem_key(&d);
     }
     for d in inputs("lease") {
-        governed_exec::testing::fuzzing::lease(&d);
+        governed_testkit::fuzzing::lease(&d);
     }
     for d in inputs("output_projection") {
-        governed_exec::testing::fuzzing::output_projection(&d);
+        governed_testkit::fuzzing::output_projection(&d);
     }
     let seeds = inputs("verify_envelope");
     assert!(!seeds.is_empty(), "the seed corpus is missing");
     for d in seeds {
-        governed_exec::evidence::verify::fuzz_verify_envelope(&d);
+        governed_testkit::fuzzing::verify_envelope_judged(&d);
     }
 }
