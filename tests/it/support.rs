@@ -385,6 +385,25 @@ pub fn pid_alive(pid: i32) -> bool {
     }
 }
 
+/// The pid a running child writes to `p`, once it is all there: a shell's
+/// `echo $$ > p` creates the file before it writes the number, so a
+/// reader that only waits for the file can see it empty.
+pub fn wait_for_pid(p: &Path, within: std::time::Duration) -> i32 {
+    let end = std::time::Instant::now() + within;
+    loop {
+        let read = std::fs::read_to_string(p).ok();
+        if let Some(pid) = read.as_deref().and_then(|s| s.trim().parse().ok()) {
+            return pid;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "{}: no pid within {within:?}",
+            p.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 pub fn read_pid(p: &Path) -> i32 {
     std::fs::read_to_string(p)
         .unwrap_or_else(|e| panic!("{}: {e}", p.display()))

@@ -71,11 +71,7 @@ fn sigkill_of_the_runner_mid_run_kills_the_child_and_blocks_the_goal() {
     let probe = ["sh", "-c", script.as_str()];
     e.approve(&["--uses", "3"], &probe);
     let mut child = RunnerGuard::spawn_quiet(e.run_cmd(&[], &probe));
-    let end = std::time::Instant::now() + Duration::from_secs(20);
-    while !pidf.exists() && std::time::Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let pid = read_pid(&pidf);
+    let pid = wait_for_pid(&pidf, Duration::from_secs(20));
     // A run in progress is not mistaken for a crash.
     let a = attempts(&e);
     assert_eq!(a[0]["state"], "running");
