@@ -310,13 +310,13 @@ fn checkpoint_key(state_dir: &Path) -> Option<[u8; 32]> {
     }
     let mut k = [0u8; 32];
     getrandom::getrandom(&mut k).ok()?;
-    let path = checkpoint_key_path(state_dir);
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    write_synced(&tmp, &k, 0o600).ok()?;
-    // A hard link never replaces a key another runner created first.
-    let linked = fs::hard_link(&tmp, &path);
-    let _ = fs::remove_file(&tmp);
-    match linked {
+    // Written whole through an unpredictable O_EXCL|O_NOFOLLOW temporary,
+    // then hard-linked into place: a link never replaces a key another
+    // runner created first, and nothing planted beside it is written
+    // through.
+    let created = governed_sys::safe_io::WriteTarget::new(&checkpoint_key_path(state_dir))
+        .and_then(|t| t.create_new(&k, 0o600));
+    match created {
         Ok(()) => Some(k),
         Err(_) => read_checkpoint_key(state_dir),
     }
@@ -1024,18 +1024,6 @@ pub fn attempt_is_live(state_dir: &Path, attempt_id: &str) -> bool {
     }
 }
 
-/// Write a file and fsync its content (not its directory entry).
-pub(crate) fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
-}
-
 /// What `journal verify` found in one Goal's journal, re-derived from its
 /// records alone.
 #[derive(Debug, Clone, Default)]
@@ -1255,6 +1243,37 @@ fn summary_difference(derived: &Summary, claimed: &Summary) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// The state dir's MAC key is created through a temporary nobody can
+    /// name in advance: a symlink planted where a predictable temporary
+    /// would go (`mac.key.tmp<pid>`) is never written through, and the key
+    /// that comes back is the one on disk.
+    #[test]
+    fn the_mac_key_is_never_written_through_a_planted_link() {
+        let d = tempfile::tempdir().unwrap();
+        let state = d.path().join("state");
+        let victim = d.path().join("victim");
+        fs::write(&victim, b"keep").unwrap();
+        fs::create_dir_all(state.join("checkpoints")).unwrap();
+        let planted = state
+            .join("checkpoints")
+            .join(format!("mac.tmp{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let key = state_mac_key(&state).expect("a key");
+        assert_eq!(
+            fs::read(&victim).unwrap(),
+            b"keep",
+            "written through the link"
+        );
+        assert_eq!(existing_state_mac_key(&state), Some(key));
+        let mode = fs::metadata(checkpoint_key_path(&state))
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
+    }
 
     /// A checkpoint of an empty journal is bound only as the genesis
     /// state: length 0, no lines, sequence 0, the genesis digest; any one
