@@ -332,6 +332,7 @@ fn entry_args(
         ledger,
         resolve_only: a.check,
         ledger_owner: None,
+        pending: None,
     })
 }
 

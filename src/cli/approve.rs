@@ -7,9 +7,11 @@ use std::time::{Duration, SystemTime};
 
 use crate::cli::args::ApproveCmd;
 use governed_evidence::{escape, sign};
+use governed_ledger::pending::{Decision, Queue};
 use governed_ledger::{LedgerSpec, LedgerSpecError};
 use governed_model::goal;
 use governed_model::limits::{format_ms, format_size, tier};
+use governed_model::pending::{PendingApproval, PendingState};
 use governed_model::{
     Binding, EnvPolicy, IsolationRequest, LeaseBody, Limits, Manifest, MaxProcesses, NoSuchId,
     Profile, Request, Supersession, UserSpec, LEASE_SCHEMA,
@@ -107,6 +109,22 @@ pub enum ApproveError {
     Key(#[from] sign::KeyError),
     #[error(transparent)]
     Manifest(#[from] lease::ManifestError),
+    #[error(transparent)]
+    Pending(#[from] governed_ledger::pending::PendingError),
+    #[error("pending approval {id} was asked for under {asked}; {given}: approve it with the goal and workspace it was asked under")]
+    PendingElsewhere {
+        id: String,
+        asked: String,
+        given: String,
+    },
+    #[error("pending approval {id}: the executable changed since it was asked for ({asked_path} sha256 {asked_sha}, now {now_path} sha256 {now_sha}); nothing was approved: the agent must ask again so the new file is what a person approves")]
+    PendingDrift {
+        id: String,
+        asked_path: String,
+        asked_sha: String,
+        now_path: String,
+        now_sha: String,
+    },
     #[error("lease {old} is marked superseded in {manifest} but not yet revoked in its ledger {ledger}: {source}; run `revoke --lease {old}` once the ledger is reachable")]
     NotYetRevoked {
         old: String,
@@ -164,6 +182,8 @@ pub struct ApproveArgs {
     pub resolve_only: bool,
     /// `--ledger-owner UID[:GID]`: the uid a `--ledger DIR` is given to.
     pub ledger_owner: Option<String>,
+    /// `--pending ID` and the state dir whose queue holds it.
+    pub pending: Option<(String, PathBuf)>,
 }
 
 impl ApproveArgs {
@@ -207,6 +227,12 @@ impl ApproveArgs {
             ledger: a.ledger,
             resolve_only: false,
             ledger_owner: a.ledger_owner,
+            pending: a.pending.map(|id| {
+                let dir = a
+                    .state_dir
+                    .unwrap_or_else(governed_ledger::journal::default_state_dir);
+                (id, dir)
+            }),
         })
     }
 }
@@ -569,8 +595,20 @@ fn approver_name(a: &ApproveArgs) -> String {
 pub fn approve(a: ApproveArgs) -> Result<String, ApproveError> {
     let goal = governed_evidence::goal_file::load(&a.goal)?;
     let key = sign::load_signing_key(&a.key)?;
-    let request = request_of(&a)?;
-    let body = lease_body(&a, &goal, request, SystemTime::now())?;
+    let now = SystemTime::now();
+    let pending = a
+        .pending
+        .as_ref()
+        .map(|(id, dir)| pending_entry(&a, &goal, id, dir, now))
+        .transpose()?;
+    let request = match &pending {
+        Some((_, e)) => e.request.clone(),
+        None => request_of(&a)?,
+    };
+    let body = lease_body(&a, &goal, request, now)?;
+    if let Some((_, e)) = &pending {
+        same_executable(e, &body)?;
+    }
     // The ledger directory is given to the runner's uid before the summary
     // (which says who can spend uses there), and again after approve's own
     // writes to it (a superseded lease's revocation).
@@ -595,7 +633,82 @@ pub fn approve(a: ApproveArgs) -> Result<String, ApproveError> {
     if let Some((dir, user)) = owner {
         give_ledger(&dir, user)?;
     }
+    if let Some((queue, e)) = pending {
+        let by = approver_name(&a);
+        let keyid = sign::keyid(&key.verifying_key());
+        queue.decide(
+            &e.id,
+            Decision::Approved {
+                lease_id: id.clone(),
+            },
+            (&by, &keyid),
+            SystemTime::now(),
+        )?;
+        eprintln!(
+            "  {:<13} pending {} is approved by lease {id}",
+            "answers", e.id
+        );
+    }
     Ok(id)
+}
+
+/// The pending entry `approve --pending ID` answers: still pending, asked
+/// under this goal (id, revision, digest) and this workspace.
+fn pending_entry(
+    a: &ApproveArgs,
+    goal: &goal::LoadedGoal,
+    id: &str,
+    state_dir: &Path,
+    now: SystemTime,
+) -> Result<(Queue, PendingApproval), ApproveError> {
+    let queue = Queue::of(state_dir);
+    let e = queue.get(id, now)?;
+    if e.state != PendingState::Pending {
+        return Err(governed_ledger::pending::PendingError::Decided {
+            id: e.id,
+            state: e.state,
+        }
+        .into());
+    }
+    let want = goal.reference();
+    let ws = std::fs::canonicalize(&a.workspace)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| a.workspace.display().to_string());
+    if e.goal != want || e.workspace != ws {
+        return Err(ApproveError::PendingElsewhere {
+            id: e.id,
+            asked: format!(
+                "goal {:?} revision {} (sha256 {}) in workspace {}",
+                e.goal.id,
+                e.goal.revision,
+                e.goal.sha256,
+                escape::visible(&e.workspace)
+            ),
+            given: format!(
+                "--goal is {:?} revision {} (sha256 {}) and --workspace {}",
+                want.id,
+                want.revision,
+                want.sha256,
+                escape::visible(&ws)
+            ),
+        });
+    }
+    Ok((queue, e))
+}
+
+/// The executable resolved now is the one the pending request resolved to.
+fn same_executable(e: &PendingApproval, body: &LeaseBody) -> Result<(), ApproveError> {
+    let now = &body.executable;
+    if now.canonical_path == e.executable.canonical_path && now.sha256 == e.executable.sha256 {
+        return Ok(());
+    }
+    Err(ApproveError::PendingDrift {
+        id: e.id.clone(),
+        asked_path: escape::visible(&e.executable.canonical_path),
+        asked_sha: e.executable.sha256.clone(),
+        now_path: escape::visible(&now.canonical_path),
+        now_sha: now.sha256.clone(),
+    })
 }
 
 /// `--ledger-owner UID[:GID]`: only with a `--ledger DIR` (a PostgreSQL

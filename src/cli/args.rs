@@ -167,6 +167,19 @@ pub enum Command {
         #[arg(long, value_name = "PATH|postgres://HOST[:PORT]/DB")]
         ledger: Option<String>,
     },
+    /// The human approval queue: requests refused for want of a lease,
+    /// waiting for a person (approve them with `approve --pending ID`).
+    Pending {
+        /// The state dir whose queue to read [default: $GOVERNED_EXEC_STATE_DIR, else $XDG_STATE_HOME/governed-exec, else ~/.local/state/governed-exec].
+        #[arg(long, global = true)]
+        state_dir: Option<PathBuf>,
+        #[command(subcommand)]
+        action: PendingAction,
+    },
+    /// Serve the `local_process` tool to an agent over the Model Context
+    /// Protocol (stdio): each call one governed run.
+    #[command(after_help = MCP_EXAMPLES)]
+    Mcp(Box<McpCmd>),
     /// Revoke a lease: later runs of it are refused.
     Revoke {
         /// The manifest holding the lease.
@@ -243,6 +256,93 @@ pub enum JournalAction {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum PendingAction {
+    /// Every live entry: id, state, Goal, how often asked, the request.
+    List {
+        /// One JSON document instead of a table [default: off].
+        #[arg(long)]
+        json: bool,
+    },
+    /// One entry in full: the request as it resolved, who asked, when.
+    Show {
+        /// The pending id (`pending list` shows them).
+        id: String,
+        /// The entry as JSON instead of text [default: off].
+        #[arg(long)]
+        json: bool,
+    },
+    /// Say no to a pending request: the agent asking again is told so.
+    Deny {
+        /// The pending id (`pending list` shows them).
+        id: String,
+        /// Who denies (recorded in the entry).
+        #[arg(long)]
+        by: String,
+        /// The approver's private key: only its holder answers the queue
+        /// (its key id is recorded in the entry).
+        #[arg(long, value_name = "APPROVER.key")]
+        key: PathBuf,
+        /// Why, shown to the agent that asks again [default: none].
+        #[arg(long)]
+        note: Option<String>,
+    },
+}
+
+const MCP_EXAMPLES: &str = "\
+EXAMPLES:
+  # an agent client's configuration starts the server with its whole policy:
+  governed-exec mcp --goal goal.json --manifest manifest.json --trust approver.pub \\
+      --workspace . --receipts receipts/ --principal agent-7
+  # an operator answers the requests it could not run:
+  governed-exec pending list
+  governed-exec approve --pending pend-0123456789abcdef --goal goal.json \\
+      --workspace . --manifest manifest.json --key approver.key --uses 3";
+
+/// `mcp`: the server's whole configuration; nothing of it comes from the
+/// agent.
+#[derive(Debug, Args)]
+pub struct McpCmd {
+    /// The goal file every call runs under.
+    #[arg(long)]
+    pub goal: PathBuf,
+    /// The manifest holding the approved leases.
+    #[arg(long)]
+    pub manifest: PathBuf,
+    /// The APPROVER's public key, the .pub of `approve --key`.
+    #[arg(long, value_name = "APPROVER.pub")]
+    pub trust: PathBuf,
+    /// The workspace the agent's requests run in (their `cwd` is relative to it).
+    #[arg(long)]
+    pub workspace: PathBuf,
+    /// Where each call's signed receipt is written, as RECEIPT_ID.json (created if absent).
+    #[arg(long, value_name = "DIR")]
+    pub receipts: PathBuf,
+    /// Who this agent is: recorded in every receipt and pending request it causes.
+    #[arg(long, value_parser = parse_principal)]
+    pub principal: String,
+    /// Where the journal, runner key and approval queue live [default: $GOVERNED_EXEC_STATE_DIR, else $XDG_STATE_HOME/governed-exec, else ~/.local/state/governed-exec].
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// The runner's signing key [default: STATE_DIR/runner.key, created on first use].
+    #[arg(long, value_name = "RUNNER.key")]
+    pub key: Option<PathBuf>,
+    /// Calls that run at once; more wait their turn [default: 4].
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub max_concurrent: u16,
+}
+
+/// A principal's name: 1 to 128 bytes, no control characters.
+pub fn parse_principal(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 128 {
+        return Err(format!("{} bytes: a principal is 1 to 128 bytes", s.len()));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("a principal may not hold control characters".into());
+    }
+    Ok(s.to_string())
+}
+
+#[derive(Debug, Subcommand)]
 pub enum ReceiptAction {
     /// Print the decoded in-toto statement, or a human view of it.
     Show {
@@ -301,6 +401,7 @@ pub struct ApproveCmd {
         "max_processes", "max_open_files", "max_file_size", "keep_output", "output_cap",
         "env", "as_user", "fs_write", "fs_write_scope", "fs_read", "no_network", "allow_net", "daemon_socket",
         "pid_namespace", "portable", "ledger", "ledger_owner", "request", "command", "ttl", "uses",
+        "pending",
     ])]
     pub file: Option<PathBuf>,
     /// With `--file`: compare the file, resolved here, with the manifest;
@@ -418,8 +519,16 @@ pub struct ApproveCmd {
     #[arg(long, value_name = "UID[:GID]", requires = "ledger")]
     pub ledger_owner: Option<String>,
     /// The request as a JSON file (executable, argv, cwd, profile) [default: the `-- CMD` after the flags].
-    #[arg(long, value_name = "REQUEST.json")]
+    #[arg(long, value_name = "REQUEST.json", conflicts_with = "pending")]
     pub request: Option<String>,
+    /// Approve exactly the request of this pending approval (`pending
+    /// list`), re-resolved here; refused if its executable changed since it
+    /// was asked for [default: the request from the flags].
+    #[arg(long, value_name = "ID", conflicts_with_all = ["command", "cwd", "profile"])]
+    pub pending: Option<String>,
+    /// With `--pending`: the state dir whose approval queue holds it [default: $GOVERNED_EXEC_STATE_DIR, else $XDG_STATE_HOME/governed-exec, else ~/.local/state/governed-exec].
+    #[arg(long, requires = "pending")]
+    pub state_dir: Option<PathBuf>,
     /// The command to approve, after `--`: no shell, every element literal.
     #[arg(last = true, value_name = "EXECUTABLE [ARG...]")]
     pub command: Vec<String>,
@@ -472,6 +581,11 @@ pub struct RunCmd {
     /// control characters [default: none].
     #[arg(long, value_name = "VALUE")]
     pub nonce: Option<String>,
+    /// Who asks for this run (an agent's name): recorded in the receipt
+    /// and in the approval queue when no lease answers [default: none; the
+    /// queue records "uid N"].
+    #[arg(long, value_name = "NAME", value_parser = parse_principal)]
+    pub principal: Option<String>,
     /// The command to run, after `--`: it must equal an approved request element by element.
     #[arg(last = true, value_name = "EXECUTABLE [ARG...]")]
     pub command: Vec<OsString>,

@@ -7,8 +7,10 @@ pub mod approvals;
 pub mod approve;
 pub mod args;
 pub mod doctor;
+pub mod mcp;
 pub mod operator;
 pub mod out;
+pub mod pending;
 pub mod toolchain;
 
 use clap::Parser;
@@ -73,7 +75,9 @@ pub fn main() -> i32 {
     // to its child and writes a receipt). Every other command is a plain
     // reader or a single atomic write: a SIGTERM or Ctrl-C ends a long
     // `verify` or `journal verify` at once, as the user expects.
-    if !matches!(cli.command, Command::Run(_)) {
+    // `mcp` reads them too: a TERM cancels every running call, each with
+    // its receipt, before the server exits.
+    if !matches!(cli.command, Command::Run(_) | Command::Mcp(_)) {
         if let Err(e) = handled.thread_unblock() {
             return usage_error(format!("cannot unblock signals: {e}"));
         }
@@ -135,6 +139,11 @@ pub fn main() -> i32 {
             Ok(l) => operator_result(operator::resolve(&*l, &attempt, as_, &by, note)),
             Err(e) => usage_error(e),
         },
+        Command::Pending { state_dir, action } => {
+            let dir = state_dir.unwrap_or_else(journal::default_state_dir);
+            pending::main(&dir, action).map_or_else(usage_error, |()| 0)
+        }
+        Command::Mcp(m) => mcp::main(*m, &handled).unwrap_or_else(usage_error),
         Command::Revoke {
             manifest,
             lease,
@@ -210,6 +219,7 @@ fn run_main(r: args::RunCmd, handled: &nix::sys::signal::SigSet) -> i32 {
             cwd: r.cwd,
             profile: r.profile,
             nonce: r.nonce,
+            principal: r.principal,
             command: r.command,
         },
         &mut signals,

@@ -26,6 +26,7 @@
 
 pub mod journal;
 mod local;
+pub mod pending;
 pub mod pg;
 
 use std::path::{Path, PathBuf};

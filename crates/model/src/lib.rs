@@ -11,6 +11,7 @@ pub mod digest;
 pub mod exit_code;
 pub mod goal;
 pub mod limits;
+pub mod pending;
 pub mod record;
 #[cfg(feature = "schema")]
 pub mod schema;
@@ -639,6 +640,20 @@ pub struct Manifest {
     pub foreign: Vec<ForeignLease>,
 }
 
+impl Manifest {
+    /// A manifest with no lease: what a manifest that was never written
+    /// approves.
+    pub fn empty() -> Manifest {
+        Manifest {
+            schema: MANIFEST_SCHEMA.to_string(),
+            leases: vec![],
+            revocations: vec![],
+            superseded: vec![],
+            foreign: vec![],
+        }
+    }
+}
+
 /// The published shape of a manifest (for the JSON Schema).
 #[cfg(feature = "schema")]
 #[derive(schemars::JsonSchema)]
@@ -862,6 +877,10 @@ pub struct Outcome {
     pub runner_exit_code: i32,
     /// One line of human-readable detail.
     pub message: Option<String>,
+    /// (v1.3) The pending approval a refusal was queued as (CONTRACT §12):
+    /// `governed-exec pending show ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_id: Option<String>,
 }
 
 // ---------------------------------------------------------------- receipt
@@ -1293,6 +1312,10 @@ pub struct ReceiptBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
     pub runner_version: String,
+    /// (v1.3) Who asked for this run: `mcp --principal`, or `run
+    /// --principal` (CONTRACT §12).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
     /// (v1.2) The egress allowlist's proxy and every connection attempt
     /// through it (CONTRACT §8); absent when the lease has no `allow_net`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

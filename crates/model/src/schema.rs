@@ -6,6 +6,7 @@
 use schemars::schema_for;
 
 use crate::approvals::ApprovalsFile;
+use crate::pending::{PendingApproval, ToolResult};
 use crate::record::Record;
 use crate::{Goal, Lease, Manifest, ReceiptBody, Request, Statement};
 
@@ -27,6 +28,11 @@ pub fn all() -> Vec<(&'static str, String)> {
             pretty(schema_for!(Statement)),
         ),
         ("journal-record.schema.json", pretty(schema_for!(Record))),
+        ("pending.schema.json", pretty(schema_for!(PendingApproval))),
+        (
+            "mcp-tool-result.schema.json",
+            pretty(schema_for!(ToolResult)),
+        ),
     ]
 }
 

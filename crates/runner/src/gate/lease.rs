@@ -134,13 +134,7 @@ pub fn update_manifest<T>(
     })?;
     let mut manifest = match fs::metadata(path) {
         Ok(_) => load_manifest(path)?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => Manifest {
-            schema: MANIFEST_SCHEMA.to_string(),
-            leases: vec![],
-            revocations: vec![],
-            superseded: vec![],
-            foreign: vec![],
-        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => Manifest::empty(),
         Err(e) => return Err(ManifestError::read(path, e)),
     };
     let out = f(&mut manifest);

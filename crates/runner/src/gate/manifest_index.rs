@@ -121,7 +121,18 @@ pub fn load_for(
     selection: &Selection,
 ) -> Result<Loaded, lease::ManifestError> {
     let failed = |e: std::io::Error| lease::ManifestError::read(path, e);
-    let mut file = safe_io::open_input(path).map_err(failed)?;
+    // A manifest no one has approved into yet approves nothing: the run is
+    // refused `no_matching_lease` (and its request queued for a person),
+    // as with a manifest that holds no lease.
+    let mut file = match safe_io::open_input(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Loaded {
+                manifest: Manifest::empty(),
+                index: None,
+            })
+        }
+        opened => opened.map_err(failed)?,
+    };
     let before = file.metadata().map_err(failed)?;
     let at = before
         .is_file()

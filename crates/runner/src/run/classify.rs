@@ -360,5 +360,6 @@ fn outcome(s: &supervise::Supervised) -> Outcome {
         signal,
         runner_exit_code: exit_code::for_outcome(class, exit, signal),
         message,
+        pending_id: None,
     }
 }

@@ -56,6 +56,10 @@ pub(super) struct Draft {
     pub(super) key: Option<SigningKey>,
     /// `run --nonce`, once checked.
     pub(super) nonce: Option<String>,
+    /// `run --principal` / `mcp --principal`: who asked.
+    pub(super) principal: Option<String>,
+    /// The pending approval a refusal was queued as.
+    pub(super) pending_id: Option<String>,
     /// `--receipt PATH`, its directory pinned before any child runs (or why
     /// it could not be).
     pub(super) receipt_target: Option<(PathBuf, std::io::Result<WriteTarget>)>,
@@ -72,6 +76,8 @@ impl Draft {
             started: SystemTime::now(),
             key: None,
             nonce: None,
+            principal: None,
+            pending_id: None,
             receipt_target: receipt_path.map(|p| {
                 let t = WriteTarget::new(&p);
                 (p, t)
@@ -124,6 +130,7 @@ impl Draft {
             journal_record_sha256: None,
             nonce: self.nonce.clone(),
             runner_version: env!("CARGO_PKG_VERSION").into(),
+            principal: self.principal.clone(),
             network: None,
         }
     }
@@ -186,7 +193,9 @@ impl Draft {
 
     /// The refusal receipt body of `r`.
     pub(super) fn refusal_body(&self, r: Refusal) -> ReceiptBody {
-        let mut body = self.base(not_executed(r.reason, r.message));
+        let mut outcome = not_executed(r.reason, r.message);
+        outcome.pending_id = self.pending_id.clone();
+        let mut body = self.base(outcome);
         if let Some(l) = &r.lease {
             body.lease = Some(LeaseRef {
                 id: l.body.lease_id.clone(),
@@ -206,6 +215,7 @@ pub(super) fn not_executed(reason: Reason, message: String) -> Outcome {
         signal: None,
         runner_exit_code: exit_code::NOT_EXECUTED,
         message: Some(message),
+        pending_id: None,
     }
 }
 
@@ -218,6 +228,7 @@ pub(super) fn unknown(reason: Reason, message: String) -> Outcome {
         signal: None,
         runner_exit_code: exit_code::UNKNOWN,
         message: Some(message),
+        pending_id: None,
     }
 }
 

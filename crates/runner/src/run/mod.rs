@@ -39,6 +39,7 @@ mod commit;
 mod draft;
 pub mod error;
 mod prepare;
+pub mod queue;
 mod seal;
 mod setup;
 mod spawn;
@@ -75,6 +76,9 @@ pub struct RunArgs {
     pub profile: Option<Profile>,
     /// The caller's nonce, recorded in the receipt (CONTRACT §11).
     pub nonce: Option<String>,
+    /// Who asked (`run --principal`, `mcp --principal`): recorded in the
+    /// receipt and in the approval queue (CONTRACT §12).
+    pub principal: Option<String>,
     pub command: Vec<OsString>,
 }
 
@@ -183,6 +187,7 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
         .clone()
         .unwrap_or_else(journal::default_state_dir);
     let mut draft = Draft::new(args.receipt.clone());
+    draft.principal = args.principal.clone();
     let mut inputs = match prepare::prepare(&args, &state_dir, &mut draft) {
         Ok(i) => i,
         Err(stop) => return draft.stop(stop, &state_dir),
@@ -190,7 +195,14 @@ pub fn run(args: RunArgs, signals: &mut SignalFd) -> i32 {
     let pending_index = inputs.pending_index.take();
     let admission = match admit::admit(&inputs, &mut draft) {
         Ok(a) => a,
-        Err(stop) => return draft.stop(stop, &state_dir),
+        Err(stop) => {
+            let asker = args
+                .principal
+                .clone()
+                .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()));
+            let stop = queue::queue_refused(&inputs, &asker, stop, &mut draft);
+            return draft.stop(stop, &state_dir);
+        }
     };
     let ended = match execute(admission, &mut draft, signals, (args.stream, args.quiet)) {
         Ok(code) => code,
