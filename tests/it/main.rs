@@ -2,7 +2,7 @@
 //!
 //! One test binary, its modules arranged by the stage of `src/` they test
 //! (ARCHITECTURE.md, "Tests"): `cli`, `run`, `gate`, `ledger`, `process`,
-//! `evidence`, `testing`; `attack` holds the attack passes, which cross
+//! `evidence`, `testing`; `agent` drives the MCP server as a client; `attack` holds the attack passes, which cross
 //! stages; `shipped` replays what the README, `examples/` and `ci/` ship.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -47,6 +47,9 @@ mod evidence {
     mod nonce;
     mod verify;
     mod views;
+}
+mod agent {
+    mod mcp;
 }
 mod attack {
     mod egress;
