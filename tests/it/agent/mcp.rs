@@ -671,3 +671,68 @@ fn a_plain_run_refused_for_want_of_a_lease_is_queued_under_its_principal() {
         .contains("not queued"));
     assert_eq!(pending_entries(&e).len(), 1);
 }
+
+/// The official MCP Python SDK's client completes the same journey: the
+/// tool listed with its closed schema, an unapproved call queued, a call
+/// with another field refused, and after `approve --pending` the same call
+/// run, its structured result read as the SDK reads it.
+#[test]
+fn the_official_python_sdk_client_completes_the_journey() {
+    let Some(py) = crate::evidence::interop::interop_python("python_sdk_mcp") else {
+        return;
+    };
+    let has_sdk = Command::new(&py)
+        .args(["-c", "import mcp"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_sdk {
+        skip!(
+            "python_sdk_mcp: {} lacks the mcp package (scripts/pyenv.sh installs it)",
+            py.display()
+        );
+        return;
+    }
+    let e = Env::new();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/mcp_client.py");
+    let o = Command::new(&py)
+        .arg(script)
+        .arg(BIN)
+        .arg(&e.goal)
+        .arg(&e.manifest)
+        .arg(&e.trust)
+        .arg(&e.ws)
+        .arg(e.path("receipts"))
+        .arg(&e.state)
+        .arg(&e.key)
+        .args(["/bin/echo", "from the sdk"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("python");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let seen: Value = serde_json::from_slice(&o.stdout).expect("the client's summary");
+    assert_eq!(seen["tools"], json!(["local_process"]));
+    assert_eq!(seen["input_schema"]["additionalProperties"], false);
+    assert_eq!(seen["first"]["isError"], true);
+    assert_eq!(seen["first"]["structured"]["reason"], "no_matching_lease");
+    assert_eq!(seen["bad"]["isError"], true);
+    assert!(
+        seen["bad"]["text"].as_str().unwrap().contains("\"shell\""),
+        "{seen}"
+    );
+    assert_eq!(seen["approve_exit"], 0);
+    assert_eq!(seen["second"]["isError"], false, "{seen}");
+    assert_eq!(seen["second"]["structured"]["outcome"], "exited");
+    assert_eq!(seen["second"]["structured"]["stdout"], "from the sdk\n");
+    let receipt = PathBuf::from(
+        seen["second"]["structured"]["receipt_path"]
+            .as_str()
+            .unwrap(),
+    );
+    let v = output(e.verify_cmd(&receipt, &e.runner_pub()));
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+}
