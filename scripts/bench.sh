@@ -18,7 +18,8 @@
 #   BASELINE (another governed-exec binary, e.g. an older build, measured
 #   beside this one), BENCH_DIR (where state dirs live; default target/bench,
 #   on the repo's own disk), DYNAMIC=0 (skip building and measuring the
-#   dynamically linked build), BENCH_RT=0 (see below), FIXED_ONLY=1 (only
+#   dynamically linked build), BENCH_RT=0 (see below), MCP=0 (skip the
+#   agent tool's per-call figures, scripts/bench-mcp.sh), FIXED_ONLY=1 (only
 #   figure 1: the fixed cost beside the floor, timeout and bwrap, with CPU
 #   and page faults; with BASELINE, the A/B of one change), EGRESS=0.
 #
@@ -90,4 +91,10 @@ if [ "${FIXED_ONLY:-0}" != 1 ] && [ "${EGRESS:-1}" != 0 ]; then
   else
     echo "egress figures: SKIP (need root for network namespaces)"
   fi
+fi
+# The agent's tool: a `local_process` call through one `mcp` session beside
+# a `run` process of the same request (and bwrap, isolated); MCP=0 skips.
+if [ "${FIXED_ONLY:-0}" != 1 ] && [ "${MCP:-1}" != 0 ]; then
+  echo
+  "${prio[@]}" bash scripts/bench-mcp.sh "$bin"
 fi

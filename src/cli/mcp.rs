@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
@@ -48,8 +49,12 @@ pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
 /// Calls admitted at once beyond the running ones (waiting for a slot);
 /// past that a call is answered at once as a tool error.
 const MAX_WAITING: usize = 256;
-/// How often a running call is looked at (exit, cancellation).
+/// How often a running call is looked at without a pidfd (exit,
+/// cancellation).
 const POLL: Duration = Duration::from_millis(10);
+/// How often a running call's cancellation is looked at while its exit is
+/// waited for on a pidfd.
+const CANCEL_CHECK_MS: u8 = 20;
 /// The most progress notifications per second per call.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// The most bytes kept of a run process's stdout (a receipt that could not
@@ -629,6 +634,13 @@ impl Server {
         let started = Instant::now();
         let mut told = started;
         let mut termed = false;
+        // A pidfd turns readable when the run process exits, so its end is
+        // seen at once; it also signals that process and no other, whatever
+        // happens to its pid. Without one (an old kernel), the pid is
+        // polled; it stays the run's until this thread reaps it.
+        let pidfd = i32::try_from(child.id())
+            .ok()
+            .and_then(|pid| governed_sys::pidfd_open(pid).ok());
         loop {
             match child.try_wait() {
                 Ok(Some(s)) => return s,
@@ -639,10 +651,16 @@ impl Server {
                     }
                 }
             }
-            // The child is not reaped yet, so its pid is still its own.
             if !termed && cancel.load(Ordering::SeqCst) {
-                if let Ok(pid) = i32::try_from(child.id()) {
-                    let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+                match &pidfd {
+                    Some(fd) => {
+                        let _ = governed_sys::pidfd_send_signal(fd, libc::SIGTERM);
+                    }
+                    None => {
+                        if let Ok(pid) = i32::try_from(child.id()) {
+                            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+                        }
+                    }
                 }
                 termed = true;
             }
@@ -657,7 +675,14 @@ impl Server {
                     );
                 }
             }
-            std::thread::sleep(POLL);
+            match &pidfd {
+                Some(fd) => {
+                    use std::os::fd::AsFd;
+                    let mut ready = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+                    let _ = poll(&mut ready, PollTimeout::from(CANCEL_CHECK_MS));
+                }
+                None => std::thread::sleep(POLL),
+            }
         }
     }
 
