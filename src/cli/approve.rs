@@ -117,6 +117,12 @@ pub enum ApproveError {
         asked: String,
         given: String,
     },
+    #[error("pending approval {id}: its cwd resolved to {asked} when it was asked for and resolves to {now} now; nothing was approved: the agent must ask again so the directory it runs in is what a person approves")]
+    PendingCwd {
+        id: String,
+        asked: String,
+        now: String,
+    },
     #[error("pending approval {id}: the executable changed since it was asked for ({asked_path} sha256 {asked_sha}, now {now_path} sha256 {now_sha}); nothing was approved: the agent must ask again so the new file is what a person approves")]
     PendingDrift {
         id: String,
@@ -696,8 +702,27 @@ fn pending_entry(
     Ok((queue, e))
 }
 
-/// The executable resolved now is the one the pending request resolved to.
+/// The executable and cwd resolved now are the ones the pending request
+/// resolved to.
 fn same_executable(e: &PendingApproval, body: &LeaseBody) -> Result<(), ApproveError> {
+    let (cwd, asked) = (&body.cwd, &e.cwd);
+    if (&cwd.path, cwd.device, cwd.inode) != (&asked.path, asked.device, asked.inode) {
+        return Err(ApproveError::PendingCwd {
+            id: e.id.clone(),
+            asked: format!(
+                "{} (device {}, inode {})",
+                escape::visible(&asked.path),
+                asked.device,
+                asked.inode
+            ),
+            now: format!(
+                "{} (device {}, inode {})",
+                escape::visible(&cwd.path),
+                cwd.device,
+                cwd.inode
+            ),
+        });
+    }
     let now = &body.executable;
     if now.canonical_path == e.executable.canonical_path && now.sha256 == e.executable.sha256 {
         return Ok(());

@@ -85,6 +85,9 @@ struct Config {
     trust: PathBuf,
     workspace: PathBuf,
     receipts: PathBuf,
+    /// The receipts directory, opened once: every receipt is written in
+    /// it, whatever its path names later.
+    receipts_dir: std::fs::File,
     principal: String,
     state_dir: Option<PathBuf>,
     key: Option<PathBuf>,
@@ -162,6 +165,26 @@ impl Config {
         }
         let receipts = std::fs::canonicalize(&c.receipts)
             .map_err(|e| flag_err("--receipts", &c.receipts, e))?;
+        // The agent's commands write in the workspace: a receipts directory
+        // there could be swapped, emptied or filled by them.
+        if receipts.starts_with(&workspace) {
+            return Err(flag_err(
+                "--receipts",
+                &c.receipts,
+                format!(
+                    "inside the workspace {}, where the agent's commands write; give a directory outside it",
+                    workspace.display()
+                ),
+            ));
+        }
+        let receipts_dir = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&receipts)
+                .map_err(|e| flag_err("--receipts", &c.receipts, e))?
+        };
         let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
         Ok(Config {
             exe: std::env::current_exe().map_err(McpError::OwnExe)?,
@@ -170,6 +193,7 @@ impl Config {
             trust: absolute(c.trust),
             workspace,
             receipts,
+            receipts_dir,
             principal: c.principal,
             state_dir: c.state_dir.map(absolute),
             key: c.key.map(absolute),
@@ -508,7 +532,8 @@ impl Server {
     fn run_one(&self, request: &Value, cancel: &AtomicBool, progress: Option<Value>) -> Value {
         let c = &self.cfg;
         let call_id = governed_runner::run::new_id("call");
-        let receipt_path = c.receipts.join(format!("{call_id}.json"));
+        // The run prints its receipt; it is written here, in the directory
+        // opened at start, under its own id.
         let mut cmd = Command::new(&c.exe);
         cmd.arg("run")
             .arg("--goal")
@@ -519,8 +544,6 @@ impl Server {
             .arg(&c.trust)
             .arg("--workspace")
             .arg(&c.workspace)
-            .arg("--receipt")
-            .arg(&receipt_path)
             .arg("--principal")
             .arg(&c.principal)
             .arg("--quiet")
@@ -556,50 +579,51 @@ impl Server {
         for line in String::from_utf8_lossy(&diagnostics).lines() {
             eprintln!("governed-exec mcp: {call_id}: {}", escape::visible(line));
         }
-        let env = receipt::read_envelope(&receipt_path).or_else(|e| {
-            serde_json::from_slice::<governed_model::Envelope>(&printed).map_err(|_| e)
-        });
-        let stmt = match env.as_ref().map(receipt::decode_statement) {
-            Ok(Ok(s)) => s,
-            _ => {
-                return tool_result(
-                    ToolResult {
-                        outcome: OutcomeClass::Unknown,
-                        exit_code: None,
-                        signal: None,
-                        needs_human: true,
-                        reason: None,
-                        message: Some(format!(
-                            "governed-exec run ended ({status}) without a readable receipt; `governed-exec journal list` shows the attempt"
-                        )),
-                        pending_id: None,
-                        receipt_id: None,
-                        receipt_path: None,
-                        stdout: String::new(),
-                        stderr: String::new(),
-                    },
-                    "the run ended without a receipt".into(),
-                );
-            }
+        let stmt = serde_json::from_slice::<governed_model::Envelope>(&printed)
+            .ok()
+            .and_then(|env| receipt::decode_statement(&env).ok());
+        let Some(stmt) = stmt else {
+            return tool_result(
+                ToolResult {
+                    outcome: OutcomeClass::Unknown,
+                    exit_code: None,
+                    signal: None,
+                    needs_human: true,
+                    reason: None,
+                    message: Some(format!(
+                        "governed-exec run ended ({status}) without a readable receipt; `governed-exec journal list` shows the attempt"
+                    )),
+                    pending_id: None,
+                    receipt_id: None,
+                    receipt_path: None,
+                    stdout: String::new(),
+                    stderr: String::new(),
+                },
+                "the run ended without a receipt".into(),
+            );
         };
         let p = &stmt.predicate;
-        // The receipt keeps its own id as its file name once it is read.
-        let named = c.receipts.join(format!("{}.json", p.receipt_id));
-        let shown_path = if safe_id(&p.receipt_id) && receipt_path.exists() {
-            match std::fs::rename(&receipt_path, &named) {
-                Ok(()) => named,
-                Err(_) => receipt_path,
-            }
-        } else if receipt_path.exists() {
-            receipt_path
+        let name = if safe_id(&p.receipt_id) {
+            p.receipt_id.clone()
         } else {
-            // The receipt could not be written where it was asked for and
-            // was printed instead: kept here as printed.
-            match governed_sys::safe_io::WriteTarget::new(&named)
-                .and_then(|t| t.create_new(&printed, 0o644))
-            {
-                Ok(()) => named,
-                Err(_) => receipt_path,
+            call_id
+        };
+        let file = format!("{name}.json");
+        let shown = c.receipts.join(&file);
+        let written = governed_sys::safe_io::WriteTarget::in_dir(
+            &c.receipts_dir,
+            std::ffi::OsStr::new(&file),
+            shown.clone(),
+        )
+        .and_then(|t| t.create_new(&printed, 0o644));
+        let receipt_path = match written {
+            Ok(()) => Some(shown.display().to_string()),
+            Err(e) => {
+                eprintln!(
+                    "governed-exec mcp: cannot write receipt {}: {e}",
+                    escape::visible(&shown.display().to_string())
+                );
+                None
             }
         };
         let o = &p.outcome;
@@ -612,7 +636,7 @@ impl Server {
             message: o.message.as_deref().map(escape::visible),
             pending_id: o.pending_id.clone(),
             receipt_id: Some(p.receipt_id.clone()),
-            receipt_path: Some(shown_path.display().to_string()),
+            receipt_path,
             stdout: p.streams.stdout.text.clone(),
             stderr: p.streams.stderr.text.clone(),
         };

@@ -121,7 +121,14 @@ fn show(e: &PendingApproval) -> String {
     for (i, a) in e.request.argv.iter().enumerate() {
         rows.push(("argv", format!("[{}] {}", i + 1, escape::quoted(a))));
     }
-    rows.push(("cwd", escape::quoted(&e.request.cwd)));
+    rows.push((
+        "cwd",
+        format!(
+            "{} resolves to {}",
+            escape::quoted(&e.request.cwd),
+            escape::visible(&e.cwd.path)
+        ),
+    ));
     rows.push((
         "profile",
         format!(
@@ -169,6 +176,9 @@ fn show(e: &PendingApproval) -> String {
     let mut out = String::new();
     for (k, v) in rows {
         out.push_str(&format!("  {k:<12} {v}\n"));
+    }
+    if e.state != governed_model::pending::PendingState::Pending {
+        return out;
     }
     out.push_str(&format!(
         "approve exactly this request (with the limits, isolation, uses and ttl you choose):\n  governed-exec approve --pending {} --goal GOAL --workspace {} --manifest MANIFEST --key APPROVER.key [flags]\n",

@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 use sha2::{Digest, Sha256};
 
 use governed_model::pending::{PendingApproval, PendingExecutable, PendingState, PENDING_SCHEMA};
-use governed_model::{GoalRef, Reason, Request};
+use governed_model::{DirIdentity, GoalRef, Reason, Request};
 use governed_sys::safe_io;
 
 /// Live entries one Goal may hold.
@@ -37,8 +37,9 @@ pub const MAX_TOTAL: usize = 1024;
 pub const TTL: Duration = Duration::from_secs(24 * 3600);
 /// Askers one entry names.
 pub const MAX_PRINCIPALS: usize = 16;
-/// The largest entry file read back.
-const MAX_ENTRY_BYTES: u64 = 1 << 20;
+/// The largest entry: a request whose entry would be larger is not queued
+/// (and a larger file is never read back).
+pub const MAX_ENTRY_BYTES: usize = 64 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PendingError {
@@ -67,6 +68,9 @@ pub enum Queued {
     Denied(PendingApproval),
     /// Not queued: the Goal's or the queue's bound is reached.
     Full { limit: usize },
+    /// Not queued: the request's entry would be `size` bytes, past
+    /// [`MAX_ENTRY_BYTES`].
+    TooLarge { size: usize },
 }
 
 /// What identifies a request in the queue.
@@ -75,6 +79,7 @@ pub struct Asked<'a> {
     pub workspace: &'a str,
     pub request: &'a Request,
     pub executable: PendingExecutable,
+    pub cwd: DirIdentity,
     pub reason: Reason,
     pub principal: &'a str,
 }
@@ -102,6 +107,9 @@ pub fn id_of(a: &Asked<'_>) -> String {
     field(a.request.profile.to_string().as_bytes());
     field(a.executable.canonical_path.as_bytes());
     field(a.executable.sha256.as_bytes());
+    field(a.cwd.path.as_bytes());
+    field(&a.cwd.device.to_be_bytes());
+    field(&a.cwd.inode.to_be_bytes());
     format!("pend-{}", &hex::encode(h.finalize())[..16])
 }
 
@@ -153,6 +161,14 @@ impl Queue {
 
     /// The queue's lock, held for a read-modify-write.
     fn lock(&self, create: bool) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, PendingError> {
+        match std::fs::symlink_metadata(&self.dir) {
+            Ok(m) if !m.is_dir() => {
+                return Err(self.io(std::io::Error::other(
+                    "not a directory (a symlink or file is not followed): remove it",
+                )))
+            }
+            _ => {}
+        }
         if create {
             std::fs::DirBuilder::new()
                 .recursive(true)
@@ -175,8 +191,11 @@ impl Queue {
         };
         let mut bytes = Vec::new();
         safe_io::open_regular(path, false)
-            .and_then(|f| f.take(MAX_ENTRY_BYTES).read_to_end(&mut bytes))
+            .and_then(|f| f.take(MAX_ENTRY_BYTES as u64 + 1).read_to_end(&mut bytes))
             .map_err(|e| bad(e.to_string()))?;
+        if bytes.len() > MAX_ENTRY_BYTES {
+            return Err(bad(format!("larger than {MAX_ENTRY_BYTES} bytes")));
+        }
         let e: PendingApproval = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
         if e.schema != PENDING_SCHEMA {
             return Err(bad(format!("schema {:?}, not {PENDING_SCHEMA}", e.schema)));
@@ -188,23 +207,39 @@ impl Queue {
     }
 
     fn write(&self, e: &PendingApproval) -> Result<(), PendingError> {
-        let mut text = serde_json::to_vec_pretty(e).map_err(|x| PendingError::Bad {
-            path: self.path_of(&e.id).display().to_string(),
-            why: x.to_string(),
-        })?;
+        let mut text = Self::encode(e)?;
         text.push(b'\n');
         safe_io::replace_file(&self.path_of(&e.id), &text, 0o600).map_err(|x| self.io(x))
+    }
+
+    fn encode(e: &PendingApproval) -> Result<Vec<u8>, PendingError> {
+        serde_json::to_vec(e).map_err(|x| PendingError::Bad {
+            path: e.id.clone(),
+            why: x.to_string(),
+        })
     }
 
     /// Every readable entry, expired ones dropped from disk on the way when
     /// `sweep` (under the lock).
     fn entries(&self, now: SystemTime, sweep: bool) -> Result<Vec<PendingApproval>, PendingError> {
+        self.scan(now, sweep).map(|(live, _)| live)
+    }
+
+    /// The live entries, and how many files with an entry's name could not
+    /// be read as one (planted or damaged: they count against the bounds
+    /// until they are a [`TTL`] old, then a sweep removes them).
+    fn scan(
+        &self,
+        now: SystemTime,
+        sweep: bool,
+    ) -> Result<(Vec<PendingApproval>, usize), PendingError> {
         let rd = match std::fs::read_dir(&self.dir) {
             Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((vec![], 0)),
             Err(e) => return Err(self.io(e)),
         };
         let mut out = Vec::new();
+        let mut unreadable = 0;
         for ent in rd.flatten() {
             let name = ent.file_name();
             let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
@@ -222,12 +257,22 @@ impl Queue {
                 }
                 Ok(e) => out.push(e),
                 // A file that is not an entry is left for a person to see
-                // (`pending list` names it), never deleted.
-                Err(_) => {}
+                // (`pending list` names it) and counted, until it is as old
+                // as an entry could be.
+                Err(_) => {
+                    let old = std::fs::symlink_metadata(&path)
+                        .and_then(|m| m.modified())
+                        .is_ok_and(|t| t + TTL <= now);
+                    if old && sweep {
+                        let _ = std::fs::remove_file(&path);
+                    } else {
+                        unreadable += 1;
+                    }
+                }
             }
         }
         out.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then(a.id.cmp(&b.id)));
-        Ok(out)
+        Ok((out, unreadable))
     }
 
     /// The live entries, oldest first.
@@ -276,7 +321,7 @@ impl Queue {
     pub fn queue(&self, asked: &Asked<'_>, now: SystemTime) -> Result<Queued, PendingError> {
         let _lock = self.lock(true)?;
         let id = id_of(asked);
-        let live = self.entries(now, true)?;
+        let (live, unreadable) = self.scan(now, true)?;
         let at = rfc3339(now);
         let expires = rfc3339(now + TTL);
         if let Some(mut e) = live.iter().find(|e| e.id == id).cloned() {
@@ -310,7 +355,7 @@ impl Queue {
                 limit: MAX_PER_GOAL,
             });
         }
-        if live.len() >= MAX_TOTAL {
+        if live.len() + unreadable >= MAX_TOTAL {
             return Ok(Queued::Full { limit: MAX_TOTAL });
         }
         let e = PendingApproval {
@@ -320,6 +365,7 @@ impl Queue {
             workspace: asked.workspace.to_string(),
             request: asked.request.clone(),
             executable: asked.executable.clone(),
+            cwd: asked.cwd.clone(),
             reason: asked.reason,
             principals: vec![asked.principal.to_string()],
             first_seen: at.clone(),
@@ -333,6 +379,10 @@ impl Queue {
             lease_id: None,
             note: None,
         };
+        let size = Self::encode(&e)?.len();
+        if size > MAX_ENTRY_BYTES {
+            return Ok(Queued::TooLarge { size });
+        }
         self.write(&e)?;
         Ok(Queued::Pending(e))
     }

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{GoalRef, OutcomeClass, Reason, Request};
+use crate::{DirIdentity, GoalRef, OutcomeClass, Reason, Request};
 
 pub const PENDING_SCHEMA: &str = "governed-exec/pending/v1";
 
@@ -65,6 +65,9 @@ pub struct PendingApproval {
     /// The request exactly as it was made.
     pub request: Request,
     pub executable: PendingExecutable,
+    /// The cwd as it resolved when the request was queued: `approve
+    /// --pending` refuses a cwd that resolves elsewhere now.
+    pub cwd: DirIdentity,
     /// Why the request was refused the last time it was made.
     pub reason: Reason,
     /// Who asked (`mcp --principal`, or `uid N` for a plain `run`), at most

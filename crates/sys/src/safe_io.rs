@@ -167,6 +167,23 @@ impl WriteTarget {
         })
     }
 
+    /// The file `name` (one path component) in a directory opened earlier:
+    /// nothing that happens to the directory's path since can redirect the
+    /// write.
+    pub fn in_dir(dir: &File, name: &OsStr, shown: PathBuf) -> io::Result<WriteTarget> {
+        if name.is_empty() || name.as_bytes().contains(&b'/') || name == "." || name == ".." {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not one file name",
+            ));
+        }
+        Ok(WriteTarget {
+            dir: dir.try_clone()?,
+            name: name.to_os_string(),
+            shown,
+        })
+    }
+
     pub fn path(&self) -> &Path {
         &self.shown
     }

@@ -740,3 +740,79 @@ fn the_official_python_sdk_client_completes_the_journey() {
         String::from_utf8_lossy(&v.stdout)
     );
 }
+
+#[test]
+fn approve_pending_refuses_a_cwd_that_resolves_elsewhere_since_it_was_asked_for() {
+    let e = Env::new();
+    std::fs::create_dir(e.ws.join("sub")).unwrap();
+    std::fs::create_dir(e.ws.join("other")).unwrap();
+    let mut c = Client::start(&e, &[]);
+    let r = c.local_process(
+        json!({"executable": "/bin/echo", "argv": ["x"], "cwd": "sub", "profile": "short"}),
+    );
+    let id = r["structuredContent"]["pending_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The agent re-points the directory it asked to run in.
+    std::fs::rename(e.ws.join("sub"), e.ws.join("sub.orig")).unwrap();
+    std::os::unix::fs::symlink("other", e.ws.join("sub")).unwrap();
+    let o = approve_pending(&e, &id, &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("its cwd resolved to"), "{err}");
+    assert!(
+        !e.manifest.exists(),
+        "a lease was signed for another directory"
+    );
+}
+
+#[test]
+fn receipts_go_to_the_directory_opened_at_start_whatever_its_path_names_later() {
+    let e = Env::new();
+    e.approve(&["--uses", "2", "--profile", "short"], &["/bin/echo", "r"]);
+    let mut c = Client::start(&e, &[]);
+    let first = c.local_process(request("/bin/echo", &["r"]));
+    assert!(
+        first["structuredContent"]["receipt_path"].is_string(),
+        "{first}"
+    );
+    let elsewhere = e.path("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::rename(e.path("receipts"), e.path("receipts.orig")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, e.path("receipts")).unwrap();
+    let second = c.local_process(request("/bin/echo", &["r"]));
+    assert_eq!(second["structuredContent"]["outcome"], "exited", "{second}");
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).unwrap().count(),
+        0,
+        "a receipt followed the swap"
+    );
+    assert_eq!(
+        std::fs::read_dir(e.path("receipts.orig")).unwrap().count(),
+        2
+    );
+    // And a receipts directory inside the workspace is refused at start.
+    let mut inside = mcp_cmd(&e, &e.ws.join("receipts"), &[]);
+    let o = output(inside.stdin(Stdio::null()));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("inside the workspace"));
+}
+
+#[test]
+fn a_request_too_large_to_queue_is_refused_without_filling_the_queue() {
+    let e = Env::new();
+    let mut c = Client::start(&e, &[]);
+    let big = "a".repeat(100_000);
+    for n in 0..3 {
+        let tag = n.to_string();
+        let r = c.local_process(request("/bin/echo", &[&tag, &big]));
+        let s = &r["structuredContent"];
+        assert_eq!(s["reason"], "no_matching_lease", "{r}");
+        assert!(s["pending_id"].is_null(), "{r}");
+        assert!(s["message"].as_str().unwrap().contains("not queued"), "{r}");
+    }
+    assert!(pending_entries(&e).is_empty());
+    let files = std::fs::read_dir(e.state.join("pending")).unwrap().count();
+    assert!(files <= 1, "{files} files in the queue"); // its lock file
+}

@@ -67,6 +67,7 @@ pub(super) fn queue_refused(
             .unwrap_or_else(|| inputs.here.clone()),
     };
     let resolved = identity::resolve_cwd(&workspace, &request.cwd).and_then(|cwd| {
+        let dir = identity::open_dir(&cwd)?;
         identity::open_executable(
             &request.executable,
             CLEAN_PATH,
@@ -74,9 +75,10 @@ pub(super) fn queue_refused(
             MAX_EXECUTABLE_BYTES,
             Snapshot::HashOnly,
         )
+        .map(|exe| (exe, dir))
     });
-    let exe = match resolved {
-        Ok(e) => e.identity,
+    let (exe, cwd) = match resolved {
+        Ok((e, d)) => (e.identity, d.identity),
         Err(e) => {
             r.message
                 .push_str(&format!("; not queued for approval: {e}"));
@@ -92,6 +94,7 @@ pub(super) fn queue_refused(
             canonical_path: exe.canonical_path,
             sha256: exe.sha256,
         },
+        cwd,
         reason: r.reason,
         principal,
     };
@@ -114,6 +117,10 @@ pub(super) fn queue_refused(
                 e.note.map(|n| format!(": {n}")).unwrap_or_default()
             )
         }
+        Ok(Queued::TooLarge { size }) => format!(
+            "; not queued for approval: its entry would be {size} bytes, past the queue's bound of {} bytes",
+            governed_ledger::pending::MAX_ENTRY_BYTES
+        ),
         Ok(Queued::Full { limit }) => format!(
             "; not queued for approval: the queue already holds {limit} pending requests (`governed-exec pending list`)"
         ),
