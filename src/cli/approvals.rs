@@ -325,6 +325,7 @@ fn entry_args(
         allow_net: e.allow_net.clone().unwrap_or_default(),
         daemon_sockets: e.daemon_socket.clone().unwrap_or_default(),
         pid_namespace: e.pid_namespace,
+        syscalls: e.syscalls,
         max_executable_size: a.max_executable_size,
         request: None,
         command: e.run.clone(),
