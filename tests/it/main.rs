@@ -55,6 +55,7 @@ mod attack {
     mod outcomes;
     mod reach;
     mod rootchild;
+    mod syscalls;
 }
 mod shipped {
     mod ci_flow;

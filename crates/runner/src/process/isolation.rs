@@ -135,7 +135,15 @@ pub fn syscall_policy(req: &IsolationRequest) -> Result<Option<SyscallFilter>, U
             "no seccomp syscall policy is written for this architecture (approve --syscalls unconfined waives it)",
         )
     })?;
-    filter.check().map_err(|e| {
+    // The test suite's stand-in for a kernel without seccomp filters.
+    let checked = if governed_fault::fail("syscall_policy_refused") {
+        Err(sys::FilterCheckError::Install(
+            std::io::Error::from_raw_os_error(22),
+        ))
+    } else {
+        filter.check()
+    };
+    checked.map_err(|e| {
         unavailable(
             &what,
             format!("seccomp: {e} (approve --syscalls unconfined waives it)"),
