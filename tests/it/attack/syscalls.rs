@@ -221,6 +221,24 @@ fn the_digest_is_stable_and_the_same_in_approve_doctor_and_every_receipt() {
         assert_eq!(r.code, 0, "{}", r.stderr);
         assert_eq!(policy(r)["sha256"], first.as_str());
     }
+    // The short human view names the policy and its digest too.
+    let receipt = e.path("receipt.json");
+    std::fs::write(&receipt, &a.stdout).unwrap();
+    let o = output(
+        cmd()
+            .args(["receipt", "show", "--format", "text"])
+            .arg(&receipt),
+    );
+    let view = String::from_utf8_lossy(&o.stdout);
+    let line = view
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("syscalls"))
+        .take(2)
+        .collect::<String>();
+    assert!(
+        line.contains("docker-default-v1") && line.contains(&first),
+        "{view}"
+    );
     let doctor = doctor_report(output(doctor_cmd()));
     let row = doctor_check(&doctor, "syscall_policy");
     assert_eq!(row["available"], true, "{row}");
