@@ -441,6 +441,54 @@ fn the_approvals_file_takes_the_syscalls_key() {
     };
     assert_eq!(by_exe("true"), "unconfined");
     assert_eq!(by_exe("false"), "default");
+    // A lease signed before `syscalls` existed is the same lease as one
+    // that names the policy: `--check` does not call it changed.
+    let one = e.path("one.toml");
+    let one_entry =
+        format!("{head}\n[[command]]\nname = \"b\"\nrun = [\"false\"]\nfs_write_scope = true\n");
+    std::fs::write(&one, &one_entry).unwrap();
+    let fresh = Env::new();
+    std::fs::copy(&one, fresh.path("one.toml")).unwrap();
+    let check = |env: &Env| {
+        let mut c = cmd();
+        c.arg("approve")
+            .arg("--file")
+            .arg(env.path("one.toml"))
+            .arg("--manifest")
+            .arg(&env.manifest)
+            .arg("--check");
+        output(c)
+    };
+    let mut c = cmd();
+    c.arg("approve")
+        .arg("--file")
+        .arg(fresh.path("one.toml"))
+        .arg("--manifest")
+        .arg(&fresh.manifest)
+        .arg("--key")
+        .arg(&fresh.key);
+    assert!(output(c).status.success());
+    assert_eq!(check(&fresh).status.code(), Some(0));
+    resign_first_lease(&fresh, |b| {
+        b["isolation"].as_object_mut().unwrap().remove("syscalls");
+    });
+    let o = check(&fresh);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // A waiver is a change.
+    std::fs::write(
+        fresh.path("one.toml"),
+        format!("{one_entry}syscalls = \"unconfined\"\n"),
+    )
+    .unwrap();
+    let o = check(&fresh);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("isolation.syscalls"), "{out}");
     let bad = e.path("bad.toml");
     std::fs::write(
         &bad,
