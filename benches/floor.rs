@@ -258,6 +258,7 @@ fn run(dir: &Path) -> i32 {
         cgroup_v2_dir_fd: groups.v2_dir.as_ref().map(|f| f.as_raw_fd()),
         cgroup_v2_procs_fd: None,
         seccomp: None,
+        syscall_policy: None,
         new_pid_namespace: false,
         mounts: None,
         root_caps_keep: None,

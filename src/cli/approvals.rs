@@ -31,8 +31,9 @@ use crate::cli::args::{ApproveCmd, CheckFormat};
 use governed_evidence::{escape, sign};
 use governed_model::approvals::{self as file_shape, Entry, NumberOrText};
 use governed_model::limits::{parse_duration, parse_max_processes, parse_size};
-use governed_model::{goal, LeaseBody, Manifest, Revocation};
+use governed_model::{goal, LeaseBody, Manifest, Revocation, Syscalls};
 use governed_runner::gate::lease;
+use governed_runner::process::isolation::any_isolation;
 
 /// Bound on an approvals file's size.
 pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -325,6 +326,7 @@ fn entry_args(
         allow_net: e.allow_net.clone().unwrap_or_default(),
         daemon_sockets: e.daemon_socket.clone().unwrap_or_default(),
         pid_namespace: e.pid_namespace,
+        syscalls: e.syscalls,
         max_executable_size: a.max_executable_size,
         request: None,
         command: e.run.clone(),
@@ -618,6 +620,13 @@ fn comparable(b: &LeaseBody) -> serde_json::Value {
                         p.remove(*k);
                     }
                 }
+            }
+        }
+        // An isolated lease signed before `syscalls` existed means the
+        // policy, as `run` reads it: the same lease as one that says so.
+        if let Some(iso) = o.get_mut("isolation").and_then(|i| i.as_object_mut()) {
+            if b.isolation.syscalls.is_none() && any_isolation(&b.isolation) {
+                iso.insert("syscalls".into(), Syscalls::Default.as_str().into());
             }
         }
     }

@@ -14,12 +14,14 @@ use governed_model::limits::{format_ms, format_size, tier};
 use governed_model::pending::{PendingApproval, PendingState};
 use governed_model::{
     Binding, EnvPolicy, IsolationRequest, LeaseBody, Limits, Manifest, MaxProcesses, NoSuchId,
-    Profile, Request, Supersession, UserSpec, LEASE_SCHEMA,
+    Profile, Request, Supersession, Syscalls, UserSpec, LEASE_SCHEMA,
 };
 use governed_runner::gate::identity::{self, IdentityError, CLEAN_PATH};
 use governed_runner::gate::lease;
 use governed_runner::process::env;
-use governed_runner::process::isolation::boundary_text;
+use governed_runner::process::isolation::{
+    any_isolation, boundary_text, syscall_policy_applies, syscall_policy_sha256,
+};
 use governed_runner::process::network;
 use governed_runner::run::{new_id, read_request, RequestError};
 
@@ -99,6 +101,8 @@ pub enum ApproveError {
     ProxyEnv(String),
     #[error("--daemon-socket {0:?}: give the socket's absolute path")]
     DaemonSocket(String),
+    #[error("--syscalls {0} without an isolation option: the syscall policy applies only to an isolated lease (--as-user, --fs-write, --fs-write-scope, --fs-read, --no-network, --allow-net, --pid-namespace); without one there is no policy to choose or waive, so leave --syscalls out")]
+    SyscallsWithoutIsolation(Syscalls),
     #[error("--uses 0: nothing could run; the minimum that works is 1")]
     ZeroUses,
     #[error(transparent)]
@@ -176,6 +180,8 @@ pub struct ApproveArgs {
     /// `--daemon-socket PATH` (repeatable).
     pub daemon_sockets: Vec<String>,
     pub pid_namespace: bool,
+    /// `--syscalls default|unconfined` (only with an isolation option).
+    pub syscalls: Option<Syscalls>,
     pub max_executable_size: u64,
     pub request: Option<String>,
     pub command: Vec<String>,
@@ -226,6 +232,7 @@ impl ApproveArgs {
             allow_net: a.allow_net,
             daemon_sockets: a.daemon_socket,
             pid_namespace: a.pid_namespace,
+            syscalls: a.syscalls,
             max_executable_size: a.max_executable_size,
             request: a.request,
             command: a.command,
@@ -557,7 +564,7 @@ fn isolation_request(
             return Err(ApproveError::DaemonSocket(s.clone()));
         }
     }
-    let isolation = IsolationRequest {
+    let mut isolation = IsolationRequest {
         daemon_sockets: a.daemon_sockets.clone(),
         as_user: a
             .as_user
@@ -569,6 +576,14 @@ fn isolation_request(
         no_network: a.no_network,
         pid_namespace: a.pid_namespace,
         allow_net,
+        syscalls: None,
+    };
+    // The policy is on for every isolated lease and written into it, so
+    // the signed bytes say which; a lease without isolation has none.
+    isolation.syscalls = match (any_isolation(&isolation), a.syscalls) {
+        (true, chosen) => Some(chosen.unwrap_or(Syscalls::Default)),
+        (false, None) => None,
+        (false, Some(s)) => return Err(ApproveError::SyscallsWithoutIsolation(s)),
     };
     Ok(isolation)
 }
@@ -1029,6 +1044,7 @@ fn boundary_rows(b: &LeaseBody) -> Vec<Row> {
         .as_user
         .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
     line("boundary", boundary_text(&b.isolation, uid, None, None));
+    line("syscalls", syscalls_row(&b.isolation));
     if b.portable.is_some() && b.isolation.fs_write.is_some() {
         // The workspace of a portable lease is whatever `run --workspace`
         // names: the write scope goes with it.
@@ -1052,6 +1068,30 @@ fn boundary_rows(b: &LeaseBody) -> Vec<Row> {
         line("WARNING", w);
     }
     rows
+}
+
+/// The syscall policy the lease gets (CONTRACT §7, v1.3): its name and
+/// the digest of its program on this machine's architecture, its waiver,
+/// or why none applies.
+pub fn syscalls_row(iso: &IsolationRequest) -> String {
+    if !any_isolation(iso) {
+        return "none: the lease asks for no isolation option, and the syscall policy applies only to an isolated lease".into();
+    }
+    if !syscall_policy_applies(iso) {
+        return "unconfined (waived by the approver, --syscalls unconfined): no seccomp syscall policy; the child may make every system call the kernel lets its uid make".into();
+    }
+    let name = governed_sys::SYSCALL_POLICY_NAME;
+    match governed_sys::SyscallFilter::docker_default() {
+        Some(f) => format!(
+            "{name} (sha256 {} on {}; seccomp, installed right before exec; `run` refuses isolation_unavailable where it cannot be enforced; --syscalls unconfined waives it)",
+            syscall_policy_sha256(&f),
+            std::env::consts::ARCH
+        ),
+        None => format!(
+            "{name}: no policy is written for {}, so `run` refuses this lease here (isolation_unavailable); --syscalls unconfined waives it",
+            std::env::consts::ARCH
+        ),
+    }
 }
 
 /// Daemon sockets a child of this lease could connect to on this machine
@@ -1160,6 +1200,7 @@ mod tests {
             pid_namespace: false,
             allow_net: vec![],
             daemon_sockets: vec![],
+            syscalls: None,
         }
     }
 

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use governed_ledger::journal::Classification;
 use governed_model::limits::{parse_duration, parse_max_processes, parse_size};
-use governed_model::{MaxProcesses, Profile};
+use governed_model::{MaxProcesses, Profile, Syscalls};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -47,6 +47,13 @@ fn profile_parser() -> impl clap::builder::TypedValueParser<Value = Profile> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(Profile::ALL.map(Profile::name))
         .try_map(|s| s.parse::<Profile>())
+}
+
+/// `approve --syscalls`: the syscall policy, or its waiver.
+fn syscalls_parser() -> impl clap::builder::TypedValueParser<Value = Syscalls> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["default", "unconfined"])
+        .try_map(|s| s.parse::<Syscalls>())
 }
 
 /// `resolve --as`: one of the classifications a person can record.
@@ -400,7 +407,7 @@ pub struct ApproveCmd {
         "profile", "cwd", "wall_time", "kill_grace", "cancel_grace", "cpu_time", "memory",
         "max_processes", "max_open_files", "max_file_size", "keep_output", "output_cap",
         "env", "as_user", "fs_write", "fs_write_scope", "fs_read", "no_network", "allow_net", "daemon_socket",
-        "pid_namespace", "portable", "ledger", "ledger_owner", "request", "command", "ttl", "uses",
+        "pid_namespace", "syscalls", "portable", "ledger", "ledger_owner", "request", "command", "ttl", "uses",
         "pending",
     ])]
     pub file: Option<PathBuf>,
@@ -502,6 +509,12 @@ pub struct ApproveCmd {
     /// The child is PID 1 of its own PID namespace [default: off].
     #[arg(long)]
     pub pid_namespace: bool,
+    /// The syscall policy of an isolated lease: `default` (a seccomp
+    /// filter modelled on Docker's default profile) or `unconfined` (the
+    /// approver's explicit waiver); refused without an isolation option
+    /// [default: default with any isolation option, else none].
+    #[arg(long, value_name = "default|unconfined", value_parser = syscalls_parser())]
+    pub syscalls: Option<Syscalls>,
     /// Refuse executables larger than this (they are hashed whole).
     #[arg(long, default_value = "512MiB", value_parser = parse_size)]
     pub max_executable_size: u64,

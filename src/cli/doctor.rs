@@ -450,6 +450,7 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
             })),
         },
     ));
+    checks.push(check("syscall_policy", syscall_policy_finding()));
     checks.push(check(
         "as_user",
         if euid == 0 {
@@ -459,6 +460,27 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
         },
     ));
     checks
+}
+
+/// The syscall policy every isolated lease gets unless its approver waived
+/// it (CONTRACT §7, v1.3): what `run` checks before a use is spent, tried
+/// here the same way (installed in a throw-away child and probed).
+fn syscall_policy_finding() -> Finding {
+    let isolated = governed_model::IsolationRequest {
+        pid_namespace: true,
+        ..Default::default()
+    };
+    Finding::of(isolation::syscall_policy(&isolated).map(|f| {
+        let sha = f.as_ref().map(isolation::syscall_policy_sha256).unwrap_or_default();
+        (
+            "seccomp_bpf".into(),
+            format!(
+                "{} (sha256 {sha} on {}) is installed in every isolated child right before exec: EPERM for what Docker's default profile blocks, ENOSYS for clone3 (--syscalls unconfined waives it)",
+                sys::SYSCALL_POLICY_NAME,
+                std::env::consts::ARCH
+            ),
+        )
+    }))
 }
 
 /// The runner key and the child's reach.

@@ -58,6 +58,7 @@ mod attack {
     mod outcomes;
     mod reach;
     mod rootchild;
+    mod syscalls;
 }
 mod shipped {
     mod ci_flow;

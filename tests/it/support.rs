@@ -699,3 +699,29 @@ pub fn doctor_available(name: &str) -> bool {
 pub fn run_as_nobody(bin: &Path, c: &Command) -> Run {
     finish_run(output_settled(as_nobody(bin, c)))
 }
+
+/// Re-sign the manifest's first lease after `edit` changed its body, with
+/// the approver key (the signature covers the stored bytes, so any key
+/// order is fine).
+pub fn resign_first_lease(e: &Env, edit: impl FnOnce(&mut Value)) {
+    use base64::Engine;
+    use ed25519_dalek::pkcs8::DecodePrivateKey;
+    use ed25519_dalek::Signer;
+    use sha2::Digest;
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&e.manifest).unwrap()).unwrap();
+    let mut body = m["leases"][0]["body"].clone();
+    edit(&mut body);
+    let signed = serde_json::to_string(&body).unwrap();
+    let fp = sha2::Sha256::digest(signed.as_bytes());
+    let pem = std::fs::read_to_string(&e.key).unwrap();
+    let key = ed25519_dalek::SigningKey::from_pkcs8_pem(&pem).unwrap();
+    let sig = base64::engine::general_purpose::STANDARD.encode(key.sign(&fp).to_bytes());
+    m["leases"][0] = serde_json::json!({
+        "format": 2,
+        "body": body,
+        "fingerprint": hex::encode(fp),
+        "keyid": m["leases"][0]["keyid"],
+        "signature": sig,
+    });
+    std::fs::write(&e.manifest, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+}

@@ -303,7 +303,7 @@ fn isolation_rows(p: &Value, rows: &mut Vec<Row>) {
     for (k, v) in i {
         match (k.as_str(), v) {
             ("boundary" | "os_sandbox" | "kernel_view" | "uid" | "gid", _) => {}
-            ("landlock_writable" | "landlock_readable", _) => {}
+            ("landlock_writable" | "landlock_readable" | "syscall_policy", _) => {}
             ("no_new_privs", Value::Bool(true)) => always.push("no_new_privs"),
             ("inherited_fds_closed", Value::Bool(true)) => always.push("fds closed"),
             ("parent_death_signal", Value::Bool(true)) => always.push("parent-death signal"),
@@ -352,6 +352,20 @@ fn isolation_rows(p: &Value, rows: &mut Vec<Row>) {
     ));
     if !always.is_empty() {
         rows.push(row("always on", always.join(", ")));
+    }
+    if let Some(sp) = i.get("syscall_policy").and_then(Value::as_object) {
+        let text = |k: &str| sp.get(k).and_then(Value::as_str).map(visible);
+        let shown = match text("state").as_deref() {
+            Some("enforced") => format!(
+                "{} (seccomp, sha256 {})",
+                text("name").unwrap_or_default(),
+                text("sha256").unwrap_or_default()
+            ),
+            Some("waived") => "unconfined (waived by the approver)".to_string(),
+            Some("not_applicable") => "none (the lease asks for no isolation option)".to_string(),
+            other => other.unwrap_or("not reported").to_string(),
+        };
+        rows.push(row("syscalls", shown));
     }
     if let Some(b) = i.get("boundary").and_then(Value::as_str) {
         rows.push(row("boundary", visible(b)));

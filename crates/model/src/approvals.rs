@@ -10,7 +10,7 @@ use std::ops::Range;
 
 use serde::Deserialize;
 
-use crate::Profile;
+use crate::{Profile, Syscalls};
 
 /// The whole file: optional defaults, then `[[command]]` entries.
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -111,6 +111,9 @@ pub struct Entry {
     /// `--daemon-socket`: more daemon sockets in the child's reach.
     #[serde(default)]
     pub daemon_socket: Option<Vec<String>>,
+    /// `approve --syscalls`: `"default"` or `"unconfined"` (only with an
+    /// isolation option; absent: the policy, where one applies).
+    pub syscalls: Option<Syscalls>,
 }
 
 /// A parsed file, with the line of each `[[command]]` entry.

@@ -370,6 +370,54 @@ pub struct IsolationRequest {
     /// absent in leases that name none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub daemon_sockets: Vec<String>,
+    /// (v1.3) The syscall policy of an isolated lease (`approve
+    /// --syscalls`): `default` (the seccomp policy `docker-default-v1`) or
+    /// `unconfined` (the approver's explicit waiver). Written by `approve`
+    /// into every lease that asks for an isolation option, and only there.
+    /// Absent in a lease with no isolation option (no policy applies) and
+    /// in an isolated lease signed before v1.3, which gets the policy: the
+    /// safe reading of a lease that never waived it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscalls: Option<Syscalls>,
+}
+
+/// What an isolated lease says of the syscall policy (CONTRACT §7, v1.3).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Syscalls {
+    /// The seccomp filter modelled on Docker's default profile.
+    Default,
+    /// Waived by the approver (`--syscalls unconfined`).
+    Unconfined,
+}
+
+impl Syscalls {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Syscalls::Default => "default",
+            Syscalls::Unconfined => "unconfined",
+        }
+    }
+}
+
+impl fmt::Display for Syscalls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Syscalls {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "default" => Ok(Syscalls::Default),
+            "unconfined" => Ok(Syscalls::Unconfined),
+            other => Err(format!(
+                "unknown syscall policy {other:?}: expected default or unconfined"
+            )),
+        }
+    }
 }
 
 // ---------------------------------------------------------------- lease, manifest
@@ -1176,6 +1224,45 @@ pub struct IsolationReport {
     /// reach with the reason. Absent in receipts of earlier releases.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reach: Vec<ReachEntry>,
+    /// (v1.3) The syscall policy: enforced (its name and digest), waived
+    /// by the approver, or not applicable (the lease asks for no isolation
+    /// option). Absent in receipts written before v1.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscall_policy: Option<SyscallPolicyReport>,
+}
+
+/// What the run did about the syscall policy (CONTRACT §7, v1.3).
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SyscallPolicyReport {
+    pub state: SyscallPolicyState,
+    /// The policy's name (`docker-default-v1`) when enforced, else absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// SHA-256 (hex) of the installed classic-BPF program's bytes (each
+    /// instruction as `struct sock_filter`, little-endian), when enforced:
+    /// the same on every run of one architecture and release of the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// `seccomp_bpf` when enforced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mechanism: Option<String>,
+    /// Plain words: what the child could not do, or why nothing applied.
+    pub detail: String,
+}
+
+/// Whether the syscall policy held over the child.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SyscallPolicyState {
+    /// Installed in the child right before exec.
+    Enforced,
+    /// The approver waived it (`--syscalls unconfined`).
+    Waived,
+    /// The lease asks for no isolation option: no policy applies.
+    NotApplicable,
 }
 
 /// How the lease's `max_processes` was enforced on this run.

@@ -59,6 +59,8 @@ pub(crate) struct ChildPlan<'a> {
     pub(crate) mounts: Option<&'a MountPlan>,
     pub(crate) root_caps_keep: Option<u64>,
     pub(crate) seccomp: *const libc::sock_fprog,
+    /// The syscall policy, installed last, right before `execveat`.
+    pub(crate) syscall_policy: *const libc::sock_fprog,
     pub(crate) cgroup_procs: RawFd,
     pub(crate) parent: libc::pid_t,
     /// Under a new PID namespace: `[ready_w, go_r]`, the child's ends of the
@@ -292,6 +294,20 @@ pub(crate) unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         }
         if !p.exe_is_script && libc::fcntl(CHILD_EXE_FD, libc::F_SETFD, libc::FD_CLOEXEC) < 0 {
             child_fail(err_w, ChildStep::CloseFds);
+        }
+        // The syscall policy last, after every step of governed-exec's own
+        // that needs what it denies (the mount namespace, capabilities,
+        // Landlock): it allows what follows, `execveat` and the `write`
+        // of a failure report.
+        if !p.syscall_policy.is_null()
+            && libc::syscall(
+                libc::SYS_seccomp,
+                SECCOMP_SET_MODE_FILTER,
+                0,
+                p.syscall_policy,
+            ) < 0
+        {
+            child_fail(err_w, ChildStep::SyscallPolicy);
         }
         libc::syscall(
             libc::SYS_execveat,

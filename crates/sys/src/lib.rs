@@ -7,9 +7,10 @@
 //! Landlock ruleset fd) is prepared by the parent before `fork`, and the child
 //! reports a failing step through a close-on-exec pipe instead of panicking.
 //!
-//! One file a concern: `pidfd`, `caps`, `fsat`, `memfd`, `net`, `seccomp`,
-//! `mount`, `trace`, `spawn` (the parent's side of the fork) and `child`
-//! (what the child runs before exec). Every `unsafe` block of the project
+//! One file a concern: `pidfd`, `caps`, `fsat`, `memfd`, `net`, `seccomp`
+//! (the assembler and the socket filter), `syscall_policy`, `mount`,
+//! `trace`, `spawn` (the parent's side of the fork) and `child` (what the
+//! child runs before exec). Every `unsafe` block of the project
 //! is in this crate, each with a `// SAFETY:` line.
 
 pub mod safe_io;
@@ -25,6 +26,7 @@ mod net;
 mod pidfd;
 mod seccomp;
 mod spawn;
+mod syscall_policy;
 mod trace;
 
 pub use caps::*;
@@ -35,6 +37,7 @@ pub use net::*;
 pub use pidfd::*;
 pub use seccomp::*;
 pub use spawn::*;
+pub use syscall_policy::*;
 pub use trace::*;
 
 use std::io;

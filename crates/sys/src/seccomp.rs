@@ -9,11 +9,15 @@ pub(crate) const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 
 pub(crate) const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 
+pub(crate) const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
+
 pub(crate) const BPF_LD_W_ABS: u16 = 0x20;
 
 pub(crate) const BPF_JEQ_K: u16 = 0x15;
 
 pub(crate) const BPF_JGE_K: u16 = 0x35;
+
+pub(crate) const BPF_JSET_K: u16 = 0x45;
 
 pub(crate) const BPF_RET_K: u16 = 0x06;
 
@@ -49,6 +53,8 @@ pub(crate) enum Bpf {
     Ld(u32),
     Jeq(u32, usize, usize),
     Jge(u32, usize, usize),
+    /// Jump to the first label when `A & k` is not zero.
+    Jset(u32, usize, usize),
     Ret(u32),
     Label(usize),
 }
@@ -78,6 +84,7 @@ pub(crate) fn assemble(code: &[Bpf]) -> Option<Vec<libc::sock_filter>> {
             Bpf::Ret(k) => out.push(f(BPF_RET_K, 0, 0, k)),
             Bpf::Jeq(k, t, e) => out.push(f(BPF_JEQ_K, rel(i, t)?, rel(i, e)?, k)),
             Bpf::Jge(k, t, e) => out.push(f(BPF_JGE_K, rel(i, t)?, rel(i, e)?, k)),
+            Bpf::Jset(k, t, e) => out.push(f(BPF_JSET_K, rel(i, t)?, rel(i, e)?, k)),
         }
     }
     Some(out)
@@ -168,49 +175,82 @@ impl SocketFilter {
     /// `AF_UNIX` one is not. Run before the use is spent, so a kernel that
     /// cannot enforce it is a refusal, never a failed spawn.
     pub fn check(&self) -> Result<(), FilterCheckError> {
-        let prog = libc::sock_fprog {
-            len: self.prog.len() as libc::c_ushort,
-            filter: self.prog.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: fork; the child makes only raw async-signal-safe syscalls
-        // on stack values and memory prepared before the fork, then _exit.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(FilterCheckError::Fork(io::Error::last_os_error()));
-        }
-        if pid == 0 {
-            // SAFETY: the child of fork, see above.
-            unsafe {
-                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-                    libc::_exit(10);
-                }
-                if libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0 {
-                    libc::_exit(11 + (*libc::__errno_location() as i32).min(100));
-                }
-                let inet = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-                if inet >= 0 || *libc::__errno_location() != libc::EAFNOSUPPORT {
-                    libc::_exit(120);
-                }
-                let unix = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-                libc::_exit(if unix >= 0 { 0 } else { 121 })
-            }
-        }
-        match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
-            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
-            Ok(nix::sys::wait::WaitStatus::Exited(_, 10)) => Err(FilterCheckError::NoNewPrivs),
-            Ok(nix::sys::wait::WaitStatus::Exited(_, c)) if (11..=111).contains(&c) => Err(
-                FilterCheckError::Install(io::Error::from_raw_os_error(c - 11)),
-            ),
-            Ok(nix::sys::wait::WaitStatus::Exited(_, 120)) => Err(FilterCheckError::InetAllowed),
-            Ok(nix::sys::wait::WaitStatus::Exited(_, 121)) => Err(FilterCheckError::UnixRefused),
-            other => Err(FilterCheckError::Ended(other)),
+        match try_filter(&self.prog, socket_trial)? {
+            0 => Ok(()),
+            120 => Err(FilterCheckError::InetAllowed),
+            121 => Err(FilterCheckError::UnixRefused),
+            c => Err(FilterCheckError::Ended(Ok(
+                nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(0), c),
+            ))),
         }
     }
 }
 
-/// Why the seccomp socket filter cannot be used here, as its probe child
-/// found: the `seccomp:` cause of `--no-network`'s `isolation::Unavailable`
-/// and doctor's `seccomp` row.
+/// The socket filter's trial: 0, 120 (an `AF_INET` socket was not refused
+/// with EAFNOSUPPORT) or 121 (an `AF_UNIX` socket was refused).
+///
+/// # Safety
+/// Only in the forked probe child.
+unsafe fn socket_trial() -> i32 {
+    // SAFETY: socket(2) on integers and errno, in the probe child.
+    unsafe {
+        let inet = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if inet >= 0 || *libc::__errno_location() != libc::EAFNOSUPPORT {
+            return 120;
+        }
+        let unix = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if unix >= 0 {
+            0
+        } else {
+            121
+        }
+    }
+}
+
+/// Install `prog` in a throw-away child (after `no_new_privs`), run
+/// `trial` there under it and return the code it exits with (0 or, for a
+/// finding of its own, 120 and up). Errors: the fork, `no_new_privs`, the
+/// install itself, or a child that ended otherwise (killed by the filter).
+pub(crate) fn try_filter(
+    prog: &[libc::sock_filter],
+    trial: unsafe fn() -> i32,
+) -> Result<i32, FilterCheckError> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as libc::c_ushort,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: fork; the child makes only raw async-signal-safe syscalls
+    // on stack values and memory prepared before the fork, then _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(FilterCheckError::Fork(io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: the child of fork, see above; `trial` makes raw syscalls.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                libc::_exit(10);
+            }
+            if libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) < 0 {
+                libc::_exit(11 + (*libc::__errno_location()).min(100));
+            }
+            libc::_exit(trial())
+        }
+    }
+    match nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(nix::sys::wait::WaitStatus::Exited(_, 10)) => Err(FilterCheckError::NoNewPrivs),
+        Ok(nix::sys::wait::WaitStatus::Exited(_, c)) if (11..=111).contains(&c) => Err(
+            FilterCheckError::Install(io::Error::from_raw_os_error(c - 11)),
+        ),
+        Ok(nix::sys::wait::WaitStatus::Exited(_, c)) => Ok(c),
+        other => Err(FilterCheckError::Ended(other)),
+    }
+}
+
+/// Why a seccomp filter (the socket filter, the syscall policy) cannot be
+/// used here, as its probe child found: the `seccomp:` cause of
+/// `--no-network`'s or the syscall policy's `isolation::Unavailable`, and
+/// doctor's `seccomp` and `syscall_policy` rows.
 #[derive(Debug, thiserror::Error)]
 pub enum FilterCheckError {
     #[error("fork: {0}")]
@@ -223,6 +263,9 @@ pub enum FilterCheckError {
     InetAllowed,
     #[error("the filter refused an AF_UNIX socket")]
     UnixRefused,
+    /// The syscall policy was installed but did not do what it says.
+    #[error("the syscall policy was installed, but {0}")]
+    PolicyNotEnforced(&'static str),
     #[error("the probe child ended unexpectedly: {0:?}")]
     Ended(nix::Result<nix::sys::wait::WaitStatus>),
 }

@@ -60,6 +60,9 @@ pub struct SpawnSpec<'a> {
     /// A seccomp filter installed last before exec (`--no-network` where no
     /// network namespace can be made).
     pub seccomp: Option<&'a SocketFilter>,
+    /// The syscall policy of an isolated lease (CONTRACT §7), installed
+    /// in the child right before `execveat`, after everything else.
+    pub syscall_policy: Option<&'a SyscallFilter>,
     /// The child is PID 1 of a new PID namespace: its parent is outside it
     /// and `getppid()` reads 0 there.
     pub new_pid_namespace: bool,
@@ -87,6 +90,7 @@ pub enum ChildStep {
     Stdio,
     CloseFds,
     Exec,
+    SyscallPolicy,
 }
 
 impl ChildStep {
@@ -107,6 +111,7 @@ impl ChildStep {
             Stdio,
             CloseFds,
             Exec,
+            SyscallPolicy,
         ]
         .into_iter()
         .find(|s| *s as u8 == v)
@@ -248,6 +253,10 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         len: f.prog.len() as libc::c_ushort,
         filter: f.prog.as_ptr() as *mut libc::sock_filter,
     });
+    let policy_prog = spec.syscall_policy.map(|f| libc::sock_fprog {
+        len: f.prog.len() as libc::c_ushort,
+        filter: f.prog.as_ptr() as *mut libc::sock_filter,
+    });
     let mut child = ChildPlan {
         exe: exe.as_raw_fd(),
         exe_is_script: spec.exe_is_script,
@@ -272,6 +281,9 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         mounts: spec.mounts,
         root_caps_keep: spec.root_caps_keep,
         seccomp: seccomp_prog
+            .as_ref()
+            .map_or(std::ptr::null(), |p| p as *const _),
+        syscall_policy: policy_prog
             .as_ref()
             .map_or(std::ptr::null(), |p| p as *const _),
         // Set only when the child must join the v2 group itself.
@@ -585,6 +597,7 @@ impl std::fmt::Display for ChildStep {
             ChildStep::Stdio => "set up stdio",
             ChildStep::CloseFds => "close inherited fds",
             ChildStep::Exec => "execveat",
+            ChildStep::SyscallPolicy => "install the seccomp syscall policy",
         };
         f.write_str(s)
     }

@@ -646,32 +646,6 @@ fn inputs_read_whole_have_a_size_bound() {
     );
 }
 
-/// Re-sign the manifest's first lease after `edit` changed its body, with
-/// the approver key (the signature covers the stored bytes, so any key
-/// order is fine).
-fn resign_first_lease(e: &Env, edit: impl FnOnce(&mut Value)) {
-    use base64::Engine;
-    use ed25519_dalek::pkcs8::DecodePrivateKey;
-    use ed25519_dalek::Signer;
-    use sha2::Digest;
-    let mut m: Value = serde_json::from_slice(&std::fs::read(&e.manifest).unwrap()).unwrap();
-    let mut body = m["leases"][0]["body"].clone();
-    edit(&mut body);
-    let signed = serde_json::to_string(&body).unwrap();
-    let fp = sha2::Sha256::digest(signed.as_bytes());
-    let pem = std::fs::read_to_string(&e.key).unwrap();
-    let key = ed25519_dalek::SigningKey::from_pkcs8_pem(&pem).unwrap();
-    let sig = base64::engine::general_purpose::STANDARD.encode(key.sign(&fp).to_bytes());
-    m["leases"][0] = serde_json::json!({
-        "format": 2,
-        "body": body,
-        "fingerprint": hex_of(&fp),
-        "keyid": m["leases"][0]["keyid"],
-        "signature": sig,
-    });
-    std::fs::write(&e.manifest, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
-}
-
 #[test]
 fn a_lease_not_yet_valid_is_refused_until_its_time() {
     let e = Env::new();

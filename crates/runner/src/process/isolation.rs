@@ -24,14 +24,20 @@ use nix::unistd::{getegid, geteuid};
 
 use crate::gate::reach;
 use crate::process::network::{self, Proxy};
-use governed_model::{IsolationReport, IsolationRequest, ReachEntry};
+use governed_model::{
+    IsolationReport, IsolationRequest, ReachEntry, SyscallPolicyReport, SyscallPolicyState,
+    Syscalls,
+};
 use governed_sys as sys;
-use governed_sys::{ChildCreds, MountPlan, MountProbe, SocketFilter};
+use governed_sys::{ChildCreds, MountPlan, MountProbe, SocketFilter, SyscallFilter};
 
 pub struct Prepared {
     pub creds: Option<ChildCreds>,
     pub landlock_fd: Option<OwnedFd>,
     pub seccomp: Option<SocketFilter>,
+    /// The syscall policy (CONTRACT §7, v1.3), checked here; installed in
+    /// the child right before exec.
+    pub syscall_policy: Option<SyscallFilter>,
     pub report: IsolationReport,
     /// The child's own mount namespace (a root runner under isolation).
     pub mounts: Option<MountPlan>,
@@ -106,6 +112,88 @@ pub fn any_isolation(req: &IsolationRequest) -> bool {
         || req.pid_namespace
 }
 
+/// Whether the syscall policy applies: the lease asks for an isolation
+/// option and its approver did not waive the policy (`--syscalls
+/// unconfined`). An isolated lease signed before v1.3 has no `syscalls`
+/// and gets the policy.
+pub fn syscall_policy_applies(req: &IsolationRequest) -> bool {
+    any_isolation(req) && req.syscalls != Some(Syscalls::Unconfined)
+}
+
+/// The syscall policy for this lease, tried in a throw-away child: `None`
+/// where it does not apply, `Unavailable` where this machine cannot
+/// enforce it (no policy for the architecture, no seccomp in the kernel,
+/// or a filter that does not do what it says).
+pub fn syscall_policy(req: &IsolationRequest) -> Result<Option<SyscallFilter>, Unavailable> {
+    if !syscall_policy_applies(req) {
+        return Ok(None);
+    }
+    let what = format!("the syscall policy ({})", sys::SYSCALL_POLICY_NAME);
+    let filter = SyscallFilter::docker_default().ok_or_else(|| {
+        unavailable(
+            &what,
+            "no seccomp syscall policy is written for this architecture (approve --syscalls unconfined waives it)",
+        )
+    })?;
+    // The test suite's stand-in for a kernel without seccomp filters.
+    let checked = if governed_fault::fail("syscall_policy_refused") {
+        Err(sys::FilterCheckError::Install(
+            std::io::Error::from_raw_os_error(22),
+        ))
+    } else {
+        filter.check()
+    };
+    checked.map_err(|e| {
+        unavailable(
+            &what,
+            format!("seccomp: {e} (approve --syscalls unconfined waives it)"),
+        )
+    })?;
+    Ok(Some(filter))
+}
+
+/// The policy's digest: SHA-256 (hex) of its program's bytes.
+pub fn syscall_policy_sha256(filter: &SyscallFilter) -> String {
+    governed_model::digest::sha256_hex(&filter.sha256_input())
+}
+
+/// What the receipt says of the syscall policy: `filter` is the policy
+/// `prepare` checked and the spawn installs (`None` when none applies).
+pub fn syscall_policy_report(
+    req: &IsolationRequest,
+    filter: Option<&SyscallFilter>,
+) -> SyscallPolicyReport {
+    match filter {
+        Some(f) => SyscallPolicyReport {
+            state: SyscallPolicyState::Enforced,
+            name: Some(sys::SYSCALL_POLICY_NAME.to_string()),
+            sha256: Some(syscall_policy_sha256(f)),
+            mechanism: Some("seccomp_bpf".to_string()),
+            detail: SYSCALL_POLICY_BOUNDARY.to_string(),
+        },
+        None if any_isolation(req) => SyscallPolicyReport {
+            state: SyscallPolicyState::Waived,
+            name: None,
+            sha256: None,
+            mechanism: None,
+            detail: SYSCALL_POLICY_WAIVED.to_string(),
+        },
+        None => SyscallPolicyReport {
+            state: SyscallPolicyState::NotApplicable,
+            name: None,
+            sha256: None,
+            mechanism: None,
+            detail: "the lease asks for no isolation option, so no syscall policy applies: the child may make every system call its uid may".to_string(),
+        },
+    }
+}
+
+/// The syscall policy in words (summary, boundary, receipt).
+pub const SYSCALL_POLICY_BOUNDARY: &str = "a seccomp syscall policy modelled on Docker's default profile answers EPERM to mount and the new mount API, unshare, setns and clone with a namespace flag, ptrace and reading other processes' memory, bpf, perf_event_open, userfaultfd, io_uring, the kernel keyring, loading kernel modules or kernels, reboot, swap, quotas, accounting, the kernel log, setting the clock, NUMA placement and file handles; clone3 answers ENOSYS (libc falls back to clone); a system call of another ABI (i386, x32) kills the process";
+
+/// The waived syscall policy in words.
+pub const SYSCALL_POLICY_WAIVED: &str = "the syscall policy is waived by the approver (--syscalls unconfined): every system call the kernel lets its uid make is open to it, namespaces and mount included where its uid may";
+
 /// The boundary in words. `mount_ns`: whether the child gets its own mount
 /// namespace; `net`: the `--no-network` mechanism. Both are known at `run`;
 /// at `approve` they are `None` (they depend on the runner's machine) and
@@ -169,6 +257,13 @@ pub fn boundary_text(
         (true, None) => Some(format!("it has no network but its own loopback where a network namespace can be made here; otherwise {SECCOMP_BOUNDARY}")),
     };
     parts.extend(network);
+    if sandboxed {
+        parts.push(if syscall_policy_applies(req) {
+            SYSCALL_POLICY_BOUNDARY.to_string()
+        } else {
+            SYSCALL_POLICY_WAIVED.to_string()
+        });
+    }
     if req.pid_namespace {
         parts.push(if mount_ns == Some(false) {
             "it is PID 1 of its own PID namespace and cannot signal host processes by pid, but /proc is not remounted and still lists them".into()
@@ -388,6 +483,7 @@ pub(crate) fn prepare(
     let creds = child_creds(req, euid)?;
     let (child_uid, child_gid) = creds.map_or((euid, getegid().as_raw()), |c| (c.uid, c.gid));
     let scope = write_scope(req, writable)?;
+    let syscall_policy = syscall_policy(req)?;
     // Whether this runner can give a child a mount namespace at all: a root
     // runner without CAP_SYS_ADMIN (Docker's defaults) cannot. Read before
     // `enter_namespaces`, whose user namespace would grant it there.
@@ -464,10 +560,15 @@ pub(crate) fn prepare(
         &scope,
         reach,
     );
+    let report = IsolationReport {
+        syscall_policy: Some(syscall_policy_report(req, syscall_policy.as_ref())),
+        ..report
+    };
     Ok(Prepared {
         creds,
         landlock_fd: scope.fd,
         seccomp: ns.seccomp,
+        syscall_policy,
         report,
         mounts,
         mount_probe,
@@ -670,6 +771,8 @@ fn isolation_report(
         proc_remounted: mounts.is_some_and(|m| m.fresh_proc),
         kernel_view: None,
         reach,
+        // Set by `prepare` from the policy it checked.
+        syscall_policy: None,
     }
 }
 

@@ -42,6 +42,7 @@ pub(super) fn spawn<'a>(
         cgroup_v2_dir_fd: child.launch.cgroups.v2_dir_fd(),
         cgroup_v2_procs_fd: child.launch.cgroups.v2_procs_fd(),
         seccomp: prepared.seccomp.as_ref(),
+        syscall_policy: prepared.syscall_policy.as_ref(),
         new_pid_namespace: admitted.lease.body.isolation.pid_namespace,
         mounts: prepared.mounts.as_ref(),
         root_caps_keep: prepared.root_caps_keep,
