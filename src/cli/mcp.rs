@@ -532,33 +532,7 @@ impl Server {
     fn run_one(&self, request: &Value, cancel: &AtomicBool, progress: Option<Value>) -> Value {
         let c = &self.cfg;
         let call_id = governed_runner::run::new_id("call");
-        // The run prints its receipt; it is written here, in the directory
-        // opened at start, under its own id.
-        let mut cmd = Command::new(&c.exe);
-        cmd.arg("run")
-            .arg("--goal")
-            .arg(&c.goal)
-            .arg("--manifest")
-            .arg(&c.manifest)
-            .arg("--trust")
-            .arg(&c.trust)
-            .arg("--workspace")
-            .arg(&c.workspace)
-            .arg("--principal")
-            .arg(&c.principal)
-            .arg("--quiet")
-            .arg("--request")
-            .arg("-")
-            .current_dir(&c.workspace)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(s) = &c.state_dir {
-            cmd.arg("--state-dir").arg(s);
-        }
-        if let Some(k) = &c.key {
-            cmd.arg("--key").arg(k);
-        }
+        let mut cmd = self.run_command();
         let mut child = match cmd.spawn() {
             Ok(ch) => ch,
             Err(e) => {
@@ -583,24 +557,7 @@ impl Server {
             .ok()
             .and_then(|env| receipt::decode_statement(&env).ok());
         let Some(stmt) = stmt else {
-            return tool_result(
-                ToolResult {
-                    outcome: OutcomeClass::Unknown,
-                    exit_code: None,
-                    signal: None,
-                    needs_human: true,
-                    reason: None,
-                    message: Some(format!(
-                        "governed-exec run ended ({status}) without a readable receipt; `governed-exec journal list` shows the attempt"
-                    )),
-                    pending_id: None,
-                    receipt_id: None,
-                    receipt_path: None,
-                    stdout: String::new(),
-                    stderr: String::new(),
-                },
-                "the run ended without a receipt".into(),
-            );
+            return no_receipt(status);
         };
         let p = &stmt.predicate;
         let name = if safe_id(&p.receipt_id) {
@@ -644,6 +601,39 @@ impl Server {
             .map(|v| view::receipt_text(&v))
             .unwrap_or_default();
         tool_result(r, text)
+    }
+
+    /// `governed-exec run --request -` as every call runs it: the server's
+    /// configuration, the call's principal, the receipt on stdout (it is
+    /// written here, in the directory opened at start, under its own id).
+    fn run_command(&self) -> Command {
+        let c = &self.cfg;
+        let mut cmd = Command::new(&c.exe);
+        cmd.arg("run")
+            .arg("--goal")
+            .arg(&c.goal)
+            .arg("--manifest")
+            .arg(&c.manifest)
+            .arg("--trust")
+            .arg(&c.trust)
+            .arg("--workspace")
+            .arg(&c.workspace)
+            .arg("--principal")
+            .arg(&c.principal)
+            .arg("--quiet")
+            .arg("--request")
+            .arg("-")
+            .current_dir(&c.workspace)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(s) = &c.state_dir {
+            cmd.arg("--state-dir").arg(s);
+        }
+        if let Some(k) = &c.key {
+            cmd.arg("--key").arg(k);
+        }
+        cmd
     }
 
     /// Wait for the run process, forwarding a cancellation as SIGTERM (the
@@ -728,6 +718,28 @@ impl Server {
             }
         }
     }
+}
+
+/// The result of a run process that ended without a readable receipt.
+fn no_receipt(status: std::process::ExitStatus) -> Value {
+    tool_result(
+        ToolResult {
+            outcome: OutcomeClass::Unknown,
+            exit_code: None,
+            signal: None,
+            needs_human: true,
+            reason: None,
+            message: Some(format!(
+                "governed-exec run ended ({status}) without a readable receipt; `governed-exec journal list` shows the attempt"
+            )),
+            pending_id: None,
+            receipt_id: None,
+            receipt_path: None,
+            stdout: String::new(),
+            stderr: String::new(),
+        },
+        "the run ended without a receipt".into(),
+    )
 }
 
 /// A receipt id fit to be a file name.
