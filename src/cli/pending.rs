@@ -18,12 +18,16 @@ pub fn main(state_dir: &Path, action: PendingAction) -> Result<(), PendingError>
     let now = SystemTime::now();
     match action {
         PendingAction::List { json } => {
-            let entries = queue.list(now)?;
+            let governed_ledger::pending::Listing {
+                live: entries,
+                unreadable,
+                ..
+            } = queue.list(now)?;
             if json {
                 let doc = serde_json::json!({
                     "queue": queue.dir().display().to_string(),
                     "entries": entries,
-                    "unreadable": queue.unreadable().into_iter()
+                    "unreadable": unreadable.iter()
                         .map(|(f, why)| serde_json::json!({"file": f, "why": why}))
                         .collect::<Vec<_>>(),
                 });
@@ -52,11 +56,11 @@ pub fn main(state_dir: &Path, action: PendingAction) -> Result<(), PendingError>
                     request_line(e)
                 );
             }
-            for (file, why) in queue.unreadable() {
+            for (file, why) in &unreadable {
                 println!(
                     "unreadable: {} ({})",
-                    escape::visible(&file),
-                    escape::visible(&why)
+                    escape::visible(file),
+                    escape::visible(why)
                 );
             }
             Ok(())

@@ -219,85 +219,60 @@ impl Queue {
         })
     }
 
-    /// Every readable entry, expired ones dropped from disk on the way when
-    /// `sweep` (under the lock).
-    fn entries(&self, now: SystemTime, sweep: bool) -> Result<Vec<PendingApproval>, PendingError> {
-        self.scan(now, sweep).map(|(live, _)| live)
-    }
-
-    /// The live entries, and how many files with an entry's name could not
-    /// be read as one (planted or damaged: they count against the bounds
-    /// until they are a [`TTL`] old, then a sweep removes them).
-    fn scan(
-        &self,
-        now: SystemTime,
-        sweep: bool,
-    ) -> Result<(Vec<PendingApproval>, usize), PendingError> {
+    /// The queue as it is: the live entries (expired ones removed from
+    /// disk when `sweep`, under the lock) and every other file.
+    fn scan(&self, now: SystemTime, sweep: bool) -> Result<Listing, PendingError> {
+        let mut scan = Listing::default();
         let rd = match std::fs::read_dir(&self.dir) {
             Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((vec![], 0)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(scan),
             Err(e) => return Err(self.io(e)),
         };
-        let mut out = Vec::new();
-        let mut unreadable = 0;
         for ent in rd.flatten() {
-            let name = ent.file_name();
-            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
-                continue;
-            };
-            if !valid_id(stem) {
+            let name = ent.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
                 continue;
             }
             let path = ent.path();
+            let entry_name = name.strip_suffix(".json").is_some_and(valid_id);
+            if !entry_name {
+                scan.unreadable
+                    .push((name, "not an entry's name (pend-<16 hex>.json)".into()));
+                continue;
+            }
             match self.read(&path) {
                 Ok(e) if expired(&e, now) => {
                     if sweep {
                         let _ = std::fs::remove_file(&path);
                     }
                 }
-                Ok(e) => out.push(e),
-                // A file that is not an entry is left for a person to see
-                // (`pending list` names it) and counted, until it is as old
-                // as an entry could be.
-                Err(_) => {
+                Ok(e) => scan.live.push(e),
+                // A file with an entry's name that is not one is left for
+                // a person to see (`pending list` names it) and counted
+                // against the bounds until it is as old as an entry could
+                // be, then swept.
+                Err(why) => {
                     let old = std::fs::symlink_metadata(&path)
                         .and_then(|m| m.modified())
                         .is_ok_and(|t| t + TTL <= now);
                     if old && sweep {
                         let _ = std::fs::remove_file(&path);
-                    } else {
-                        unreadable += 1;
+                        continue;
                     }
+                    scan.counted += 1;
+                    scan.unreadable.push((name, why.to_string()));
                 }
             }
         }
-        out.sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then(a.id.cmp(&b.id)));
-        Ok((out, unreadable))
+        scan.live
+            .sort_by(|a, b| a.first_seen.cmp(&b.first_seen).then(a.id.cmp(&b.id)));
+        scan.unreadable.sort();
+        Ok(scan)
     }
 
-    /// The live entries, oldest first.
-    pub fn list(&self, now: SystemTime) -> Result<Vec<PendingApproval>, PendingError> {
-        self.entries(now, false)
-    }
-
-    /// Files in the queue that are not readable entries: named by
-    /// `pending list`, so a planted or damaged file is seen.
-    pub fn unreadable(&self) -> Vec<(String, String)> {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else {
-            return vec![];
-        };
-        let mut out = Vec::new();
-        for ent in rd.flatten() {
-            let name = ent.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            if let Err(e) = self.read(&ent.path()) {
-                out.push((name, e.to_string()));
-            }
-        }
-        out.sort();
-        out
+    /// The queue as it is now, nothing removed.
+    pub fn list(&self, now: SystemTime) -> Result<Listing, PendingError> {
+        self.scan(now, false)
     }
 
     /// One live entry.
@@ -321,7 +296,11 @@ impl Queue {
     pub fn queue(&self, asked: &Asked<'_>, now: SystemTime) -> Result<Queued, PendingError> {
         let _lock = self.lock(true)?;
         let id = id_of(asked);
-        let (live, unreadable) = self.scan(now, true)?;
+        let Listing {
+            live,
+            counted: unreadable,
+            ..
+        } = self.scan(now, true)?;
         let at = rfc3339(now);
         let expires = rfc3339(now + TTL);
         if let Some(mut e) = live.iter().find(|e| e.id == id).cloned() {
@@ -421,6 +400,19 @@ impl Queue {
         self.write(&e)?;
         Ok(e)
     }
+}
+
+/// The queue as [`Queue::list`] finds it.
+#[derive(Default)]
+pub struct Listing {
+    /// The live entries, oldest first.
+    pub live: Vec<PendingApproval>,
+    /// Files that are not readable entries (name, why), so a planted or
+    /// damaged file is seen.
+    pub unreadable: Vec<(String, String)>,
+    /// Of those, the ones with an entry's name (they count against the
+    /// bounds).
+    counted: usize,
 }
 
 /// A person's answer to a pending request.

@@ -816,3 +816,38 @@ fn a_request_too_large_to_queue_is_refused_without_filling_the_queue() {
     let files = std::fs::read_dir(e.state.join("pending")).unwrap().count();
     assert!(files <= 1, "{files} files in the queue"); // its lock file
 }
+
+#[test]
+fn files_planted_in_the_queue_are_shown_never_taken_for_entries() {
+    let e = Env::new();
+    let r = e.run(&["--profile", "short"], &["/bin/echo", "q"]);
+    let id = r.outcome()["pending_id"].as_str().unwrap().to_string();
+    let dir = e.state.join("pending");
+    std::fs::write(dir.join("pend-0000000000000000.json"), "{not an entry").unwrap();
+    // A real entry's content under a name that is not an entry's name.
+    std::fs::copy(dir.join(format!("{id}.json")), dir.join(&id)).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", dir.join("pend-1111111111111111.json")).unwrap();
+    let o = pending(&e, &["list", "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["entries"].as_array().unwrap().len(), 1, "{v}");
+    let mut files: Vec<&str> = v["unreadable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["file"].as_str().unwrap())
+        .collect();
+    files.sort();
+    let mut want = vec![
+        id.as_str(),
+        "pend-0000000000000000.json",
+        "pend-1111111111111111.json",
+    ];
+    want.sort();
+    assert_eq!(files, want);
+    assert_eq!(
+        pending(&e, &["show", "pend-1111111111111111"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
