@@ -2,7 +2,10 @@
 # The test suite: unit tests and the integration tests that drive the real
 # binary, with the crash-injection points compiled in (a test-only feature;
 # release builds never have them). Tests that need root or a kernel feature
-# print SKIP loudly when it is missing; CI runs as root and runs them.
+# print SKIP loudly when it is missing; CI runs as root and runs them, with
+# GOVERNED_EXEC_REQUIRE=all, which turns any SKIP into a failure (a comma
+# list of words instead, e.g. root,docker,postgres,python,git, fails only
+# the skips whose reason names one).
 #
 # The PostgreSQL ledger tests need a server: unless the caller already
 # exported one (GOVERNED_EXEC_TEST_PG_PORT …), a throwaway cluster is started
@@ -40,6 +43,7 @@ if [ -z "${GOVERNED_EXEC_PYTHON:-}" ]; then
     export GOVERNED_EXEC_PYTHON="$py"
   else
     echo "*** SKIP: no Python venv could be made; the interop tests will SKIP ***" >&2
+    [ -z "${GOVERNED_EXEC_REQUIRE:-}" ] || { echo "test.sh: GOVERNED_EXEC_REQUIRE is set: a missing venv is a failure" >&2; exit 1; }
   fi
 fi
 if [ -z "${GOVERNED_EXEC_TEST_PG_PORT:-}" ]; then
@@ -51,6 +55,7 @@ if [ -z "${GOVERNED_EXEC_TEST_PG_PORT:-}" ]; then
   else
     pgdir=""
     echo "*** SKIP: no PostgreSQL test cluster could be started; the PostgreSQL ledger tests will SKIP ***" >&2
+    [ -z "${GOVERNED_EXEC_REQUIRE:-}" ] || { echo "test.sh: GOVERNED_EXEC_REQUIRE is set: a missing PostgreSQL cluster is a failure" >&2; exit 1; }
   fi
 fi
 cargo test --locked --workspace --all-features -- "$@"

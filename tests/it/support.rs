@@ -8,11 +8,34 @@ use serde_json::Value;
 
 /// Say SKIP and why, loudly: written straight to fd 2, past the test
 /// harness's output capture, so it shows even when the test passes.
+///
+/// `GOVERNED_EXEC_REQUIRE` turns a skip into a failure, so a green run
+/// means those tests ran: `all` fails every skip; a comma list of words
+/// (`root,docker,postgres,python,git`) fails each skip whose reason names
+/// one of them. `.ci/run` sets `all` for the host suite, which runs as root
+/// with every dependency installed.
 macro_rules! skip {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), "\n*** SKIP {} ***", format!($($arg)*));
+        let why = format!($($arg)*);
+        if crate::support::skip_is_required(&why) {
+            panic!("GOVERNED_EXEC_REQUIRE forbids this skip: {why}");
+        }
+        let _ = writeln!(std::io::stderr(), "\n*** SKIP {why} ***");
     }};
+}
+
+/// Whether `GOVERNED_EXEC_REQUIRE` forbids a skip for this reason.
+pub fn skip_is_required(why: &str) -> bool {
+    let Ok(required) = std::env::var("GOVERNED_EXEC_REQUIRE") else {
+        return false;
+    };
+    let why = why.to_lowercase();
+    required
+        .split(',')
+        .map(|w| w.trim().to_lowercase())
+        .filter(|w| !w.is_empty())
+        .any(|w| w == "all" || why.contains(&w))
 }
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_governed-exec");

@@ -351,9 +351,7 @@ fn doctor_reports_every_limit_of_a_lease_and_why_one_cannot_be_set() {
         assert_eq!(c["mechanism"], mechanism, "{c}");
     }
     if !is_root() {
-        eprintln!(
-            "SKIP (the hard-limit half): needs root to lower a hard limit and drop to uid 65534"
-        );
+        skip!("the hard-limit half: needs root to lower a hard limit and drop to uid 65534");
         return;
     }
     // A runner whose hard RLIMIT_NOFILE is below the long tier's 4096 and

@@ -267,10 +267,7 @@ fn fs_read_narrows_reads_to_the_listed_paths() {
     );
     let r = e.run(&[], &probe);
     if r.reason() == "isolation_unavailable" {
-        eprintln!(
-            "SKIP fs_read_narrows_reads_to_the_listed_paths: {}",
-            r.stderr
-        );
+        skip!("fs_read_narrows_reads_to_the_listed_paths: {}", r.stderr);
         return;
     }
     assert_eq!(r.code, 0, "{}", r.stderr);
