@@ -58,7 +58,7 @@ fn unhex(s: &str) -> Vec<u8> {
 
 fn seed() -> [u8; 32] {
     let mut s = [0u8; 32];
-    getrandom::getrandom(&mut s).expect("random");
+    getrandom::fill(&mut s).expect("random");
     s
 }
 

@@ -110,7 +110,7 @@ pub fn load_verifying_key(path: &Path) -> Result<VerifyingKey, KeyError> {
 
 pub fn generate() -> Result<SigningKey, KeyError> {
     let mut seed = [0u8; 32];
-    getrandom::getrandom(&mut seed).map_err(|e| KeyError::Random(e.to_string()))?;
+    getrandom::fill(&mut seed).map_err(|e| KeyError::Random(e.to_string()))?;
     Ok(SigningKey::from_bytes(&seed))
 }
 

@@ -309,7 +309,7 @@ fn checkpoint_key(state_dir: &Path) -> Option<[u8; 32]> {
         return Some(k);
     }
     let mut k = [0u8; 32];
-    getrandom::getrandom(&mut k).ok()?;
+    getrandom::fill(&mut k).ok()?;
     // Written whole through an unpredictable O_EXCL|O_NOFOLLOW temporary,
     // then hard-linked into place: a link never replaces a key another
     // runner created first, and nothing planted beside it is written

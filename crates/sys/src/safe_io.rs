@@ -227,7 +227,7 @@ impl WriteTarget {
 /// `O_EXCL` refuses it if they did).
 fn temp_name(name: &OsStr) -> OsString {
     let mut r = [0u8; 8];
-    let _ = getrandom::getrandom(&mut r);
+    let _ = getrandom::fill(&mut r);
     let mut t = OsString::from(".");
     t.push(name);
     t.push(format!(".{}.tmp", hex::encode(r)));

@@ -162,7 +162,7 @@ pub enum Answer {
 
 fn query(ns: IpAddr, timeout: Duration, name: &str, qtype: u16) -> std::io::Result<Answer> {
     let mut id = [0u8; 2];
-    getrandom::getrandom(&mut id).map_err(|e| std::io::Error::other(e.to_string()))?;
+    getrandom::fill(&mut id).map_err(|e| std::io::Error::other(e.to_string()))?;
     let id = u16::from_be_bytes(id);
     let packet = encode_query(id, name, qtype)
         .ok_or_else(|| std::io::Error::other("the name cannot be put in a DNS query"))?;

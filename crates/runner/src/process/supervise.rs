@@ -143,7 +143,7 @@ impl CommandFence {
             return CommandFence(None);
         }
         let mut r = [0u8; 16];
-        if getrandom::getrandom(&mut r).is_err() {
+        if getrandom::fill(&mut r).is_err() {
             // No unpredictable token: mirror the projection instead of raw
             // bytes would be safer, but the caller already chose; say so.
             let _ = writeln!(std::io::stderr(), "governed-exec: warning: no random token for ::stop-commands::; the child's output may issue workflow commands");

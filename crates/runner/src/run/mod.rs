@@ -109,7 +109,7 @@ fn beside<S: Send, T>(side: impl FnOnce() -> S + Send, main: impl FnOnce() -> T)
 /// A random id with a readable prefix.
 pub fn new_id(prefix: &str) -> String {
     let mut b = [0u8; 10];
-    if getrandom::getrandom(&mut b).is_err() {
+    if getrandom::fill(&mut b).is_err() {
         let t = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
