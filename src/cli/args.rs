@@ -689,6 +689,51 @@ mod tests {
         }
     }
 
+    /// The command reference: every subcommand's `--help`, as the binary
+    /// prints it, in one page.
+    fn cli_reference() -> String {
+        fn walk(cmd: &mut clap::Command, path: &str, out: &mut String) {
+            out.push_str(&format!("## `{path}`\n\n```text\n"));
+            let help = cmd.render_long_help().to_string();
+            for line in help.lines() {
+                out.push_str(line.trim_end());
+                out.push('\n');
+            }
+            out.push_str("```\n\n");
+            let names: Vec<String> = cmd
+                .get_subcommands()
+                .map(|s| s.get_name().to_string())
+                .filter(|n| n != "help")
+                .collect();
+            for name in names {
+                if let Some(sub) = cmd.find_subcommand_mut(&name) {
+                    walk(sub, &format!("{path} {name}"), out);
+                }
+            }
+        }
+        let mut out = String::from(
+            "# Command reference\n\nEvery command's `--help`, generated from the binary's own argument definitions (a test keeps this page equal to them: `UPDATE_DOCS=1 cargo test --bin governed-exec cli_reference` rewrites it). The external surface in words is [SPEC.md](SPEC.md).\n\n",
+        );
+        let mut cli = Cli::command().term_width(100).max_term_width(100);
+        cli.build();
+        walk(&mut cli, "governed-exec", &mut out);
+        out
+    }
+
+    #[test]
+    fn the_committed_cli_reference_matches_the_binary() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md");
+        let text = cli_reference();
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == text,
+            "docs/cli.md is stale: run UPDATE_DOCS=1 cargo test --bin governed-exec cli_reference"
+        );
+    }
+
     #[test]
     fn the_command_tree_is_consistent() {
         Cli::command().debug_assert();
