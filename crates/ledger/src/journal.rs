@@ -952,24 +952,48 @@ fn parse_chain_from(
 /// One journal file and whether its chain is intact (its record count).
 pub type ChainCheck = (PathBuf, Result<usize, JournalError>);
 
-pub fn verify_all(state_dir: &Path) -> Result<Vec<ChainCheck>, JournalError> {
+/// One Goal's journal file and its records, or what breaks it.
+pub type ChainRead = (PathBuf, Result<Vec<Entry>, JournalError>);
+
+/// Every Goal's journal of the state dir, each read and checked once.
+pub fn read_all(state_dir: &Path) -> Result<Vec<ChainRead>, JournalError> {
     let dir = state_dir.join("journal");
-    let mut out = Vec::new();
     let rd = match fs::read_dir(&dir) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(unavailable(&dir)(e)),
     };
     let mut paths: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
     paths.sort();
-    for p in paths {
-        let r = fs::read(&p)
-            .map_err(unavailable(&p))
-            .and_then(|b| parse_chain(&p, &b))
-            .map(|e| e.len());
-        out.push((p, r));
+    Ok(paths
+        .into_iter()
+        .map(|p| {
+            let r = fs::read(&p)
+                .map_err(unavailable(&p))
+                .and_then(|b| parse_chain(&p, &b));
+            (p, r)
+        })
+        .collect())
+}
+
+/// Every Goal's journal, checked: how many records each holds, or what
+/// breaks it (`journal verify`).
+pub fn verify_all(state_dir: &Path) -> Result<Vec<ChainCheck>, JournalError> {
+    Ok(read_all(state_dir)?
+        .into_iter()
+        .map(|(p, r)| (p, r.map(|e| e.len())))
+        .collect())
+}
+
+/// One Goal's journal, read and checked without taking its lock (a
+/// reader such as `verify`): its records, none when it has no journal.
+pub fn read_goal(state_dir: &Path, goal_id: &str) -> Result<Vec<Entry>, JournalError> {
+    let p = state_dir.join("journal").join(journal_file_name(goal_id));
+    match fs::read(&p) {
+        Ok(b) => parse_chain(&p, &b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(unavailable(&p)(e)),
     }
-    Ok(out)
 }
 
 fn attempt_lock_path(state_dir: &Path, attempt_id: &str) -> PathBuf {

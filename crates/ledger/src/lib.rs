@@ -189,6 +189,9 @@ impl Ledger for NoPostgres {
     fn chains(&self) -> Result<Vec<Chain>, LedgerError> {
         Err(self.unavailable())
     }
+    fn chain_of(&self, _goal_id: &str) -> Result<Vec<Entry>, LedgerError> {
+        Err(self.unavailable())
+    }
     fn attempt_is_live(&self, _attempt_id: &str) -> bool {
         false
     }
@@ -238,6 +241,10 @@ pub trait Ledger {
     fn open_goal(&self, goal_id: &str) -> Result<Box<dyn GoalSession>, LedgerError>;
     /// Every Goal's chain, checked: a label and its records, or the break.
     fn chains(&self) -> Result<Vec<Chain>, LedgerError>;
+    /// One Goal's chain, checked, without its lock (a reader such as
+    /// `verify`, whose cost must not grow with the other Goals): its
+    /// records, none when the Goal has none; a break is `Corrupt`.
+    fn chain_of(&self, goal_id: &str) -> Result<Vec<Entry>, LedgerError>;
     /// Whether a runner still holds this attempt (its liveness witness).
     fn attempt_is_live(&self, attempt_id: &str) -> bool;
     /// The files the runner's trust in this ledger rests on beyond its

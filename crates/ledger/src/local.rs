@@ -128,23 +128,21 @@ impl Ledger for LocalLedger {
 
     fn chains(&self) -> Result<Vec<Chain>, LedgerError> {
         self.require_approved_dir()?;
-        let checks = journal::verify_all(&self.dir).map_err(err)?;
-        let mut out = Vec::new();
-        for (path, r) in checks {
-            let r = r
-                .and_then(|_| {
-                    let bytes =
-                        std::fs::read(&path).map_err(|source| JournalError::Unavailable {
-                            path: path.display().to_string(),
-                            hint: governed_sys::safe_io::permission_hint(&path, &source),
-                            source,
-                        })?;
-                    journal::parse_chain(&path, &bytes)
-                })
-                .map_err(|e| BrokenChain(e.to_string()));
-            out.push((path.display().to_string(), r));
-        }
-        Ok(out)
+        Ok(journal::read_all(&self.dir)
+            .map_err(err)?
+            .into_iter()
+            .map(|(path, r)| {
+                (
+                    path.display().to_string(),
+                    r.map_err(|e| BrokenChain(e.to_string())),
+                )
+            })
+            .collect())
+    }
+
+    fn chain_of(&self, goal_id: &str) -> Result<Vec<crate::journal::Entry>, LedgerError> {
+        self.require_approved_dir()?;
+        journal::read_goal(&self.dir, goal_id).map_err(err)
     }
 
     fn attempt_is_live(&self, attempt_id: &str) -> bool {

@@ -151,6 +151,11 @@ impl Ledger for MemoryLedger {
             .map_err(|e| governed_ledger::BrokenChain(e.to_string()));
         Ok(vec![("fuzz".into(), chain)])
     }
+    fn chain_of(&self, _goal_id: &str) -> Result<Vec<journal::Entry>, LedgerError> {
+        // The fuzzed bytes are every Goal's chain.
+        journal::parse_chain(Path::new("fuzz.jsonl"), &self.bytes)
+            .map_err(|e| LedgerError::Corrupt(e.to_string()))
+    }
     fn attempt_is_live(&self, _attempt_id: &str) -> bool {
         false
     }

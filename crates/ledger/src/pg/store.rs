@@ -332,6 +332,13 @@ impl Ledger for PgLedger {
         Ok(out)
     }
 
+    fn chain_of(&self, goal_id: &str) -> Result<Vec<Entry>, LedgerError> {
+        let mut c = self.connect()?;
+        let (_, _, entries) = self.read_chain(&mut c, goal_id)?;
+        *self.probe.borrow_mut() = Some(c);
+        Ok(entries)
+    }
+
     fn attempt_is_live(&self, attempt_id: &str) -> bool {
         let mut probe = self.probe.borrow_mut();
         if probe.is_none() {
