@@ -187,6 +187,18 @@ pub enum Command {
     /// Protocol (stdio): each call one governed run.
     #[command(after_help = MCP_EXAMPLES)]
     Mcp(Box<McpCmd>),
+    /// Move the leases that can never run again (revoked, superseded,
+    /// expired, every use spent) out of a manifest into MANIFEST.spent.jsonl
+    /// beside it, so a long-lived manifest stays the size of what is live.
+    Compact {
+        /// The manifest to compact.
+        #[arg(long)]
+        manifest: PathBuf,
+        /// The state dir whose ledger counts the uses of leases that name
+        /// none [default: $GOVERNED_EXEC_STATE_DIR, else $XDG_STATE_HOME/governed-exec, else ~/.local/state/governed-exec].
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
     /// Revoke a lease: later runs of it are refused.
     Revoke {
         /// The manifest holding the lease.

@@ -6,6 +6,7 @@
 pub mod approvals;
 pub mod approve;
 pub mod args;
+pub mod compact;
 pub mod doctor;
 pub mod mcp;
 pub mod operator;
@@ -142,6 +143,13 @@ pub fn main() -> i32 {
         Command::Pending { state_dir, action } => {
             let dir = state_dir.unwrap_or_else(journal::default_state_dir);
             pending::main(&dir, action).map_or_else(usage_error, |()| 0)
+        }
+        Command::Compact {
+            manifest,
+            state_dir,
+        } => {
+            let dir = state_dir.unwrap_or_else(journal::default_state_dir);
+            operator_result(compact::compact(&manifest, &dir))
         }
         Command::Mcp(m) => mcp::main(*m, &handled).unwrap_or_else(usage_error),
         Command::Revoke {

@@ -12,6 +12,7 @@ mod support;
 
 mod cli {
     mod approvals;
+    mod compact;
     mod first_hour;
     mod toolchains;
 }
