@@ -254,6 +254,7 @@ fn run(dir: &Path) -> i32 {
         landlock_ruleset_fd: None,
         landlock_guard_fd: None,
         landlock_guard_access: 0,
+        landlock_scope_fd: None,
         cgroup_v1_tasks_fds: &tasks,
         cgroup_v2_dir_fd: groups.v2_dir.as_ref().map(|f| f.as_raw_fd()),
         cgroup_v2_procs_fd: None,

@@ -651,7 +651,8 @@ fn flatten(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, serde
     }
 }
 
-/// A value as a reviewer reads it: timestamps in RFC 3339.
+/// A value as a reviewer reads it: timestamps in RFC 3339, text quoted and
+/// in printable ASCII.
 fn shown_value(key: &str, v: &serde_json::Value) -> String {
     if key.ends_with("time_ns") {
         if let Some(ns) = v.as_u64() {
@@ -670,10 +671,13 @@ fn shown_value(key: &str, v: &serde_json::Value) -> String {
             return format!("{n} ({})", governed_model::limits::format_ms(n));
         }
     }
-    match v {
+    // Every character outside printable ASCII is escaped (the backslashes of
+    // the value already are, by `quoted` or JSON): a homoglyph swapped in
+    // for a letter is a visible change, never one that reads as none.
+    escape::ascii(&match v {
         serde_json::Value::String(s) => escape::quoted(s),
         other => other.to_string(),
-    }
+    })
 }
 
 fn check(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<bool, ApprovalsError> {
@@ -767,8 +771,11 @@ fn check_text(
     escape::visible_lines(&t)
 }
 
+/// One piece of text in the markdown view: the receipt view's escaping, so
+/// no value of the reviewed file (a `|`, a backtick, `<details>`, a newline,
+/// a leading `#`) can change how the table renders.
 fn md(s: &str) -> String {
-    escape::visible(s).replace('|', "\\|").replace('`', "'")
+    escape::markdown_cell(s)
 }
 
 fn check_markdown(
@@ -780,7 +787,7 @@ fn check_markdown(
     agree: bool,
 ) -> String {
     let mut t = format!(
-        "### Approvals: {} `{}` and `{}`\n\n| status | entry | command | lease | what changes |\n|---|---|---|---|---|\n",
+        "### Approvals: {} {} and {}\n\n| status | entry | command | lease | what changes |\n|---|---|---|---|---|\n",
         if agree { "agree" } else { "differ" },
         md(file),
         md(manifest)
@@ -788,30 +795,31 @@ fn check_markdown(
     for (r, s) in resolved.iter().zip(statuses) {
         let cmd = md(&argv_text(&r.body));
         let (status, lease, what) = match s {
-            Status::Unchanged(old) => ("unchanged", old.lease_id.clone(), String::new()),
+            Status::Unchanged(old) => ("unchanged", md(&old.lease_id), String::new()),
             Status::New => ("new", String::new(), String::new()),
             Status::Changed(old, diffs) => {
+                // `<br>` is the view's own markup, between escaped pieces.
                 let mut parts: Vec<String> = diffs
                     .iter()
-                    .map(|(k, o, n)| format!("`{}`: {} → {}", md(k), md(o), md(n)))
+                    .map(|(k, o, n)| format!("{}: {} → {}", md(&escape::ascii(k)), md(o), md(n)))
                     .collect();
                 let tc = crate::cli::toolchain::update_lines(old, &r.body);
                 if !tc.is_empty() {
                     parts.push(format!("toolchain: {}", md(&tc.join("; "))));
                 }
-                ("changed", old.lease_id.clone(), parts.join("<br>"))
+                ("changed", md(&old.lease_id), parts.join("<br>"))
             }
         };
         t.push_str(&format!(
-            "| {status} | {} | `{cmd}` | {lease} | {what} |\n",
+            "| {status} | {} | {cmd} | {lease} | {what} |\n",
             md(&r.label)
         ));
     }
     for b in only {
         t.push_str(&format!(
-            "| only in manifest | | `{}` | {} | revoked by `--prune` |\n",
+            "| only in manifest | | {} | {} | revoked by --prune |\n",
             md(&argv_text(b)),
-            b.lease_id
+            md(&b.lease_id)
         ));
     }
     t

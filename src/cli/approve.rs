@@ -1043,7 +1043,10 @@ fn boundary_rows(b: &LeaseBody) -> Vec<Row> {
         .isolation
         .as_user
         .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.uid);
-    line("boundary", boundary_text(&b.isolation, uid, None, None));
+    line(
+        "boundary",
+        boundary_text(&b.isolation, uid, None, None, None),
+    );
     line("syscalls", syscalls_row(&b.isolation));
     if b.portable.is_some() && b.isolation.fs_write.is_some() {
         // The workspace of a portable lease is whatever `run --workspace`

@@ -105,8 +105,10 @@ pub fn quoted(s: &str) -> String {
 
 /// `s` made safe for one cell of a GitHub-flavoured markdown table: no
 /// control or invisible character ([`visible`]), no `|` that ends the cell,
-/// no backtick, emphasis, link or heading markup, and no HTML.
-pub(crate) fn markdown_cell(s: &str) -> String {
+/// no backtick, emphasis, link or heading markup, and no HTML. Every
+/// markdown view (a receipt's, verify's, `approve --check`'s) puts each
+/// piece of text it did not write itself through this one function.
+pub fn markdown_cell(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 8);
     for c in visible(s).chars() {
         match c {
@@ -118,6 +120,23 @@ pub(crate) fn markdown_cell(s: &str) -> String {
                 out.push(c);
             }
             c => out.push(c),
+        }
+    }
+    out
+}
+
+/// [`visible`], and every character outside printable ASCII escaped too
+/// (`\u{430}`): for a value a reviewer compares with another, where a
+/// Cyrillic `а` in place of a Latin `a` must not pass for no change. Give it
+/// text whose backslashes are already escaped ([`quoted`], JSON), so a
+/// literal `\u{430}` in the value cannot pass for the escape.
+pub fn ascii(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in visible(s).chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            push_escape(&mut out, c);
         }
     }
     out
@@ -200,6 +219,14 @@ mod tests {
                 assert_eq!(bytes[i - 1], b'\\', "{m}");
             }
         }
+    }
+
+    #[test]
+    fn ascii_shows_a_homoglyph_as_what_it_is() {
+        assert_eq!(ascii("\"p\u{430}ssword\""), "\"p\\u{430}ssword\"");
+        assert_eq!(ascii("a\u{202e}b"), "a\\u{202e}b");
+        assert_ne!(ascii(&quoted("\\u{430}")), ascii(&quoted("\u{430}")));
+        assert_eq!(ascii("plain | text"), "plain | text");
     }
 
     #[test]

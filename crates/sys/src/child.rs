@@ -54,6 +54,8 @@ pub(crate) struct ChildPlan<'a> {
     pub(crate) landlock: Option<RawFd>,
     pub(crate) landlock_guard: Option<RawFd>,
     pub(crate) landlock_guard_access: u64,
+    /// A scopes-only ruleset (no filesystem rule), stacked last.
+    pub(crate) landlock_scope: Option<RawFd>,
     /// v1 `tasks` files to join, `-1` for an unused slot.
     pub(crate) cgroup_tasks: [RawFd; MAX_V1_TASKS],
     pub(crate) mounts: Option<&'a MountPlan>,
@@ -260,7 +262,10 @@ pub(crate) unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
             child_fail(p.err_w, ChildStep::NoNewPrivs);
         }
-        for ruleset in [p.landlock, p.landlock_guard].into_iter().flatten() {
+        for ruleset in [p.landlock, p.landlock_guard, p.landlock_scope]
+            .into_iter()
+            .flatten()
+        {
             if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0) < 0 {
                 child_fail(p.err_w, ChildStep::Landlock);
             }

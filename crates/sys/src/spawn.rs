@@ -49,6 +49,10 @@ pub struct SpawnSpec<'a> {
     /// in the child to the fresh `/dev` and `/proc` it mounts for itself:
     /// the ruleset, built before the fork, has no rule for those new inodes.
     pub landlock_guard_access: u64,
+    /// A third Landlock ruleset that handles no access right, only scopes:
+    /// under the seccomp form of `--no-network`, the abstract unix socket
+    /// scope, whether or not a guard is built.
+    pub landlock_scope_fd: Option<RawFd>,
     /// cgroup v1 `tasks` files the child moves its one thread into first
     /// (at most [`MAX_V1_TASKS`]; more are ignored).
     pub cgroup_v1_tasks_fds: &'a [RawFd],
@@ -223,6 +227,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
     let stderr = dup_high(spec.stderr_fd)?;
     let landlock = spec.landlock_ruleset_fd.map(dup_high).transpose()?;
     let landlock_guard = spec.landlock_guard_fd.map(dup_high).transpose()?;
+    let landlock_scope = spec.landlock_scope_fd.map(dup_high).transpose()?;
     let cgroup_tasks = spec
         .cgroup_v1_tasks_fds
         .iter()
@@ -277,6 +282,7 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         landlock: landlock.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard: landlock_guard.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard_access: spec.landlock_guard_access,
+        landlock_scope: landlock_scope.as_ref().map(|f| f.as_raw_fd()),
         cgroup_tasks: cgroup_tasks_raw,
         mounts: spec.mounts,
         root_caps_keep: spec.root_caps_keep,

@@ -327,3 +327,73 @@ fn buffered_writes_left_to_write_back_are_not_reported_as_a_near_zero_io_write_f
         assert!(res["io_write_bytes_why"].is_string(), "{res}");
     }
 }
+
+/// `/etc/hosts` and `/etc/resolv.conf` are read by the egress proxy's own
+/// resolver before spawn. A FIFO there (or a device, as a symlink to
+/// `/dev/zero` becomes once followed) must be refused at once, naming the
+/// file, like every other input the runner reads: never a setup that waits
+/// for a writer (holding the Goal's lock, deaf to SIGTERM) or reads without
+/// end. The file is put in place by a bind mount in a private mount
+/// namespace of the test's, so the machine's own `/etc` is never touched.
+#[test]
+fn a_fifo_or_device_at_etc_hosts_or_resolv_conf_is_a_refusal_naming_it_not_a_hang() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let test = "a_fifo_or_device_at_etc_hosts_or_resolv_conf_is_a_refusal_naming_it_not_a_hang";
+    if !is_root() {
+        skip!("{test}: needs root for a private mount namespace (CI runs as root)");
+        return;
+    }
+    if !on_path("unshare") {
+        skip!("{test}: needs `unshare`");
+        return;
+    }
+    let e = Env::new();
+    e.approve(&["--allow-net", "example.test:443"], &["true"]);
+    let fifo = e.path("planted.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).expect("mkfifo");
+    let cases = [
+        ("/etc/hosts", fifo.clone()),
+        ("/etc/resolv.conf", fifo.clone()),
+        ("/etc/resolv.conf", std::path::PathBuf::from("/dev/zero")),
+    ];
+    for (target, planted) in cases {
+        let inner = e.run_cmd(&[], &["true"]);
+        let mut c = Command::new("unshare");
+        c.args(["-m", "--propagation", "private", "--", "sh", "-c"])
+            .arg("mount --bind \"$0\" \"$1\" && shift && exec \"$@\"")
+            .arg(&planted)
+            .arg(target)
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in inner.get_envs() {
+            if let Some(v) = v {
+                c.env(k, v);
+            }
+        }
+        let mut child = c.spawn().expect("spawn");
+        let start = Instant::now();
+        while child.try_wait().expect("try_wait").is_none() {
+            if start.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                let o = child.wait_with_output().expect("output");
+                panic!(
+                    "run hung in setup with {} at {target}; stderr: {}",
+                    planted.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let r = finish_run(child.wait_with_output().expect("output"));
+        r.assert_refused("isolation_unavailable");
+        assert!(
+            r.stderr.contains(target),
+            "the refusal does not name {target}: {}",
+            r.stderr
+        );
+    }
+}

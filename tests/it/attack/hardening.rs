@@ -820,3 +820,101 @@ fn an_as_user_child_runs_only_what_its_uid_could_run() {
     assert_eq!(r.class(), "exited", "{}", r.stderr);
     assert_eq!(r.code, 0);
 }
+
+/// `approve --file F --check --format markdown` is what a reviewer reads in a
+/// pull request: no value of the reviewed file may change how that table
+/// renders. An HTML `<details>` in an env value would fold the next change
+/// (`isolation.no_network: true → false`) out of sight; a `|`, a backtick, a
+/// newline or a leading `#` would forge cells, rows or headings; a Cyrillic
+/// `а` for a Latin `a` would make a change look like none.
+#[test]
+fn a_reviewed_file_cannot_change_how_the_check_table_renders() {
+    let e = Env::new();
+    let head = "goal = \"goal.json\"\nworkspace = \"ws\"\nttl = \"1h\"\n";
+    let entry = |note: &str, mode: &str, no_network: bool| {
+        format!(
+            "{head}\n[[command]]\nname = \"tweak\"\nrun = [\"echo\", \"tweak\"]\nno_network = {no_network}\nenv = {{ A_NOTE = {note}, MODE = {mode} }}\n"
+        )
+    };
+    let before = e.path("before.toml");
+    std::fs::write(&before, entry("\"plain\"", "\"a\"", true)).unwrap();
+    let mut c = cmd();
+    c.arg("approve")
+        .arg("--file")
+        .arg(&before)
+        .arg("--manifest")
+        .arg(&e.manifest)
+        .arg("--approver")
+        .arg("alice")
+        .arg("--key")
+        .arg(&e.key);
+    let o = output(c);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let after = e.path("after.toml");
+    let mut text = entry(
+        "\"<details><summary>cosmetic rename only</summary>\"",
+        "\"\u{430}\"",
+        false,
+    );
+    text.push_str(
+        "\n[[command]]\nname = \"#evil <img src=x> | `tick` \\n| forged | row | | | |\"\nrun = [\"echo\", \"a|b\", \"`x`\", \"<script>\", \"\\n# heading\"]\n",
+    );
+    std::fs::write(&after, text).unwrap();
+    let mut c = cmd();
+    c.arg("approve")
+        .arg("--file")
+        .arg(&after)
+        .arg("--manifest")
+        .arg(&e.manifest)
+        .arg("--check")
+        .arg("--format")
+        .arg("markdown");
+    let o = output(c);
+    let md = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{md}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The only HTML is the view's own line breaks inside a cell.
+    assert!(!md.replace("<br>", "").contains('<'), "{md}");
+    let lines: Vec<&str> = md.lines().collect();
+    assert!(lines[0].starts_with("### Approvals: differ"), "{md}");
+    let unescaped = |l: &str, want: char| {
+        let b: Vec<char> = l.chars().collect();
+        (0..b.len())
+            .filter(|&i| {
+                b[i] == want && {
+                    let slashes = b[..i].iter().rev().take_while(|c| **c == '\\').count();
+                    slashes % 2 == 0
+                }
+            })
+            .count()
+    };
+    for l in &lines[1..] {
+        assert!(
+            l.is_empty() || l.starts_with('|'),
+            "a line outside the table: {l:?}\n{md}"
+        );
+    }
+    for l in &lines {
+        assert_eq!(unescaped(l, '`'), 0, "a backtick the file chose: {l:?}");
+    }
+    let rows: Vec<&&str> = lines.iter().filter(|l| l.starts_with('|')).collect();
+    // Header, separator, the changed entry, the new entry: nothing more.
+    assert_eq!(rows.len(), 4, "{md}");
+    for r in &rows {
+        assert_eq!(unescaped(r, '|'), 6, "a cell the file chose: {r:?}");
+    }
+    let changed = rows
+        .iter()
+        .find(|r| r.starts_with("| changed |"))
+        .unwrap_or_else(|| panic!("{md}"));
+    assert!(changed.contains("true → false"), "{changed}");
+    assert!(changed.contains("no\\_network"), "{changed}");
+    // The homoglyph is shown as what it is.
+    assert!(changed.contains("\\u{430}"), "{changed}");
+    assert!(!md.contains('\u{430}'), "{md}");
+}

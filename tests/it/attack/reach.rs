@@ -389,3 +389,78 @@ fn an_as_user_child_reaches_docker_through_a_host_process_root() {
         assert_receipt_admits_reach(&e, &r, "the child reached dockerd through /proc/PID/root");
     }
 }
+
+/// Under the seccomp form of `--no-network` (no network namespace could be
+/// made: here a root runner without CAP_SYS_ADMIN behind Docker's default
+/// answers, running the child as uid 65534, so no Landlock guard is built)
+/// the child shares the host's network namespace, and AF_UNIX is open to
+/// it: a listener on an abstract unix socket on the host (a local proxy, a
+/// daemon's side channel) would be its way out. Landlock's abstract unix
+/// socket scope (ABI 6) must close it whenever that mechanism is used; where
+/// the kernel lacks it, the receipt's boundary must say so.
+#[test]
+fn the_seccomp_form_of_no_network_leaves_no_abstract_unix_socket_to_the_host() {
+    use std::io::Read as _;
+    use std::os::linux::net::SocketAddrExt as _;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let test = "the_seccomp_form_of_no_network_leaves_no_abstract_unix_socket_to_the_host";
+    if !is_root() {
+        skip!("{test}: needs root to drop CAP_SYS_ADMIN and run the child as uid 65534");
+        return;
+    }
+    require_tool!(test, "python3");
+    require_tool!(test, "setpriv");
+    let e = Env::new();
+    std::fs::set_permissions(
+        e.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(&e.ws, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+        .expect("chmod");
+    let name = format!("governed-exec-test-{}", std::process::id());
+    let listener = UnixListener::bind_addr(
+        &SocketAddr::from_abstract_name(name.as_bytes()).expect("abstract name"),
+    )
+    .expect("bind an abstract unix socket");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\ntry:\n  s.connect('\\0{name}'); s.sendall(b'LEAKED'); print('CONNECTED')\nexcept OSError as x:\n  print('REFUSED', x.errno)\n"
+    );
+    let probe = ["python3", "-c", script.as_str()];
+    e.approve(&["--as-user", "65534", "--no-network"], &probe);
+    let inner = e.run_cmd(&[], &probe);
+    let mut c = std::process::Command::new("python3");
+    c.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sim/seccomp-exec.py"))
+        .arg("clone3=ENOSYS,unshare=EPERM")
+        .args(["--", "setpriv", "--bounding-set", "-sys_admin", "--"])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .stdin(std::process::Stdio::null());
+    let r = finish_run(output(&mut c));
+    assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
+    let iso = &r.predicate()["isolation"];
+    assert_eq!(iso["network_mechanism"], "seccomp_socket_families", "{iso}");
+    let boundary = iso["boundary"].as_str().unwrap_or("");
+    let out = r.stdout_text();
+    let mut leaked = Vec::new();
+    if let Ok((mut s, _)) = listener.accept() {
+        s.set_nonblocking(false).expect("blocking");
+        let _ = s.read_to_end(&mut leaked);
+    }
+    if boundary.contains("lacks Landlock's abstract unix socket scope") {
+        // An older kernel: no claim, and the receipt says what is open.
+        skip!("{test}: the kernel lacks the Landlock abstract unix socket scope (ABI 6)");
+        return;
+    }
+    assert!(
+        !out.contains("CONNECTED") && leaked.is_empty(),
+        "the child reached a host abstract unix socket under --no-network ({out}; the listener read {:?}); boundary: {boundary}",
+        String::from_utf8_lossy(&leaked)
+    );
+    assert!(out.contains("REFUSED"), "{out}");
+    assert!(
+        boundary.contains("abstract unix socket"),
+        "the boundary does not say what keeps the child from abstract unix sockets: {boundary}"
+    );
+}

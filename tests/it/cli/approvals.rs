@@ -229,11 +229,11 @@ fn check_reports_unchanged_new_changed_and_only_in_manifest() {
         md_out.contains("| status | entry | command | lease | what changes |"),
         "{md_out}"
     );
-    assert!(md_out.contains(&format!("| changed | \"tweak\" | `\"echo\" \"tweak\"` | {} | `env.fixed.MODE`: \"a\" → \"b\"<br>`limits.memory_bytes`: 268435456 (256 MiB) → 536870912 (512 MiB) |", ids[1])), "{md_out}");
+    assert!(md_out.contains(&format!("| changed | \"tweak\" | \"echo\" \"tweak\" | {} | env.fixed.MODE: \"a\" → \"b\"<br>limits.memory\\_bytes: 268435456 (256 MiB) → 536870912 (512 MiB) |", ids[1])), "{md_out}");
     assert!(md_out.contains("| new | \"fresh\" |"), "{md_out}");
     assert!(
         md_out.contains(&format!(
-            "| only in manifest | | `\"echo\" \"gone\"` | {} |",
+            "| only in manifest | | \"echo\" \"gone\" | {} |",
             ids[2]
         )),
         "{md_out}"

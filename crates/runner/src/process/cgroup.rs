@@ -601,6 +601,13 @@ impl RunCgroups {
         self.memory_kind
     }
 
+    /// The name (last path component, unique to the attempt) of the run's
+    /// memory cgroup, where a cgroup enforces the memory limit: what the
+    /// OOM killer's `oom_memcg=` names when it enforces the run's limit.
+    pub fn memory_group_name(&self) -> Option<&str> {
+        self.memory_kind.map(|_| self.name.as_str())
+    }
+
     /// Why no memory cgroup limits this run, one line per attempt.
     pub fn memory_notes(&self) -> &[String] {
         &self.memory_notes

@@ -56,6 +56,10 @@ pub struct Prepared {
     pub landlock_guard_access: u64,
     /// Whether that ruleset covers every path of the key (as `key_covered`).
     pub key_landlocked: Option<Cover>,
+    /// Under the seccomp form of `--no-network`: a Landlock ruleset of
+    /// scopes only (the abstract unix socket scope), stacked in the child
+    /// whether or not a guard is built.
+    pub landlock_scope_fd: Option<OwnedFd>,
     /// `--allow-net`: the egress proxy (CONTRACT §8), listening in the
     /// child's network namespace, dialling from the runner's.
     pub proxy: Option<Proxy>,
@@ -203,6 +207,7 @@ pub fn boundary_text(
     uid: u32,
     mount_ns: Option<bool>,
     net: Option<NetMechanism>,
+    abstract_scope: Option<&AbstractScope>,
 ) -> String {
     let mut parts = Vec::new();
     let sandboxed = any_isolation(req);
@@ -252,9 +257,17 @@ pub fn boundary_text(
         // The not-a-sandbox sentence above already says it.
         (false, _) if !sandboxed => None,
         (false, _) => Some("it can use the network".into()),
-        (true, Some(NetMechanism::Seccomp)) => Some(SECCOMP_BOUNDARY.into()),
+        (true, Some(NetMechanism::Seccomp)) => Some(match abstract_scope {
+            Some(AbstractScope::Applied(abi)) => format!(
+                "{SECCOMP_BOUNDARY}; Landlock (ABI {abi}) scopes its abstract unix sockets to its own processes: it cannot connect to one that a process outside the run listens on"
+            ),
+            Some(AbstractScope::Lacking(why)) => format!(
+                "{SECCOMP_BOUNDARY}; this kernel lacks Landlock's abstract unix socket scope ({why}), so it can still connect to an abstract unix socket that any process of the host listens on (a local proxy or daemon)"
+            ),
+            None => format!("{SECCOMP_BOUNDARY}; {ABSTRACT_SCOPE_WHERE}"),
+        }),
         (true, Some(_)) => Some("it has no network but its own loopback".into()),
-        (true, None) => Some(format!("it has no network but its own loopback where a network namespace can be made here; otherwise {SECCOMP_BOUNDARY}")),
+        (true, None) => Some(format!("it has no network but its own loopback where a network namespace can be made here; otherwise {SECCOMP_BOUNDARY}, and {ABSTRACT_SCOPE_WHERE}")),
     };
     parts.extend(network);
     if sandboxed {
@@ -277,6 +290,56 @@ pub fn boundary_text(
 const ALLOW_NET_BOUNDARY: &str = "it has its own network namespace with only loopback, where governed-exec's HTTP proxy (named in HTTPS_PROXY, HTTP_PROXY, ALL_PROXY) is its only way out: a program that ignores those variables has no route at all, and the child cannot resolve names itself; the proxy passes CONNECT and absolute-form http:// requests only to";
 
 const SECCOMP_BOUNDARY: &str = "a seccomp filter lets it open only AF_UNIX and AF_NETLINK sockets: no TCP or UDP at all, not even to loopback";
+
+const ABSTRACT_SCOPE_WHERE: &str = "Landlock's abstract unix socket scope (ABI 6) keeps it from abstract unix sockets that processes outside the run listen on where the kernel has that scope; where it lacks it, the receipt says so and such a socket stays open to it";
+
+/// Under the seccomp form of `--no-network` the child shares the host's
+/// network namespace, where abstract unix sockets live: whether Landlock's
+/// abstract unix socket scope closes them to it (with the kernel's
+/// Landlock ABI), or why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AbstractScope {
+    Applied(i64),
+    Lacking(String),
+}
+
+/// The scopes-only Landlock ruleset for the seccomp form of
+/// `--no-network`: the abstract unix socket scope, and no filesystem rule
+/// (a ruleset that handles no access right needs none). Built here, before
+/// the use is spent; the child only restricts itself with it.
+fn abstract_unix_scope() -> (Option<OwnedFd>, AbstractScope) {
+    let abi = match sys::landlock_abi_version() {
+        None => {
+            return (
+                None,
+                AbstractScope::Lacking("the kernel offers no Landlock".into()),
+            )
+        }
+        Some(abi) if abi < 6 => {
+            return (
+                None,
+                AbstractScope::Lacking(format!("its Landlock is ABI {abi}; the scope needs ABI 6")),
+            )
+        }
+        Some(abi) => abi,
+    };
+    let made = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .scope(landlock::Scope::AbstractUnixSocket)
+        .and_then(|r| r.create())
+        .map(Option::<OwnedFd>::from);
+    match made {
+        Ok(Some(fd)) => (Some(fd), AbstractScope::Applied(abi)),
+        Ok(None) => (
+            None,
+            AbstractScope::Lacking(format!("Landlock ABI {abi} made no ruleset")),
+        ),
+        Err(e) => (
+            None,
+            AbstractScope::Lacking(format!("Landlock ABI {abi}: {e}")),
+        ),
+    }
+}
 
 /// How `--no-network` is enforced, best first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -524,15 +587,19 @@ pub(crate) fn prepare(
         (None, None, None)
     };
     let root_caps_keep = (root_child && creds.is_none()).then(reach::root_keep_mask);
+    // The seccomp form of --no-network leaves the child in the host's
+    // network namespace: its abstract unix sockets are closed to it by a
+    // Landlock scope of their own, whether or not a guard is built below
+    // (a root runner's child of another uid gets none).
+    let (landlock_scope_fd, abstract_scope) = if ns.net == Some(NetMechanism::Seccomp) {
+        let (fd, scope) = abstract_unix_scope();
+        (fd, Some(scope))
+    } else {
+        (None, None)
+    };
     let (landlock_guard_fd, landlock_guard_access, key_landlocked) =
         if (euid != 0 || root_child) && any_isolation(req) {
-            guard(
-                writable,
-                protect,
-                root_child,
-                ns.net == Some(NetMechanism::Seccomp),
-                &mount_table,
-            )
+            guard(writable, protect, root_child, &mount_table)
         } else {
             (None, 0, None)
         };
@@ -553,7 +620,7 @@ pub(crate) fn prepare(
     });
     let report = isolation_report(
         req,
-        &ns,
+        (&ns, abstract_scope.as_ref()),
         (creds, root_caps_keep),
         (child_uid, child_gid),
         mounts.as_ref(),
@@ -577,6 +644,7 @@ pub(crate) fn prepare(
         landlock_guard_access,
         landlock_guard_fd,
         key_landlocked,
+        landlock_scope_fd,
         proxy: ns.proxy,
     })
 }
@@ -705,7 +773,6 @@ fn guard(
     writable: &[PathBuf],
     protect: &Protect<'_>,
     root_child: bool,
-    seccomp: bool,
     mount_table: &[reach::Mount],
 ) -> Guard {
     let Some(abi) = sys::landlock_abi_version() else {
@@ -717,7 +784,7 @@ fn guard(
             )),
         );
     };
-    match guard_ruleset(abi, writable, protect, root_child, seccomp, mount_table) {
+    match guard_ruleset(abi, writable, protect, root_child, mount_table) {
         Ok((fd, how)) => (
             Some(fd),
             AccessFs::from_all(ABI::from(abi as i32)).bits(),
@@ -730,7 +797,7 @@ fn guard(
 /// The receipt's isolation report of what `prepare` set up.
 fn isolation_report(
     req: &IsolationRequest,
-    ns: &Namespaces,
+    (ns, abstract_scope): (&Namespaces, Option<&AbstractScope>),
     (creds, root_caps_keep): (Option<ChildCreds>, Option<u64>),
     (child_uid, child_gid): (u32, u32),
     mounts: Option<&MountPlan>,
@@ -738,7 +805,13 @@ fn isolation_report(
     reach: Vec<ReachEntry>,
 ) -> IsolationReport {
     IsolationReport {
-        boundary: boundary_text(req, child_uid, Some(mounts.is_some()), ns.net),
+        boundary: boundary_text(
+            req,
+            child_uid,
+            Some(mounts.is_some()),
+            ns.net,
+            abstract_scope,
+        ),
         os_sandbox: any_isolation(req),
         uid: child_uid,
         gid: child_gid,
@@ -1002,7 +1075,6 @@ fn guard_ruleset(
     writable: &[PathBuf],
     protect: &Protect<'_>,
     root_child: bool,
-    seccomp_network: bool,
     mounts: &[reach::Mount],
 ) -> Result<(OwnedFd, String), LandlockError> {
     let key_paths = guard_key_paths(protect, root_child, mounts)?;
@@ -1016,7 +1088,7 @@ fn guard_ruleset(
     let created = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(all)?
-        .scope(guard_scopes(abi, seccomp_network))?
+        .scope(guard_scopes(abi))?
         .create()?;
     let guarded = Guarded {
         writable,
@@ -1097,16 +1169,14 @@ fn guard_protected(
 }
 
 /// ABI 6 scopes: the child may not signal a process outside its domain
-/// (a SIGSTOP'd runner enforces no wall time and no cancellation), and
-/// under the seccomp form of --no-network (no network namespace) it may
-/// not connect to the host's abstract unix sockets (a local proxy).
-fn guard_scopes(abi: i64, seccomp_network: bool) -> landlock::BitFlags<landlock::Scope> {
+/// (a SIGSTOP'd runner enforces no wall time and no cancellation). The
+/// abstract unix socket scope of the seccomp form of --no-network is a
+/// ruleset of its own ([`abstract_unix_scope`]): it must hold where no
+/// guard is built too.
+fn guard_scopes(abi: i64) -> landlock::BitFlags<landlock::Scope> {
     let mut scopes = landlock::BitFlags::<landlock::Scope>::empty();
     if abi >= 6 {
         scopes |= landlock::Scope::Signal;
-        if seccomp_network {
-            scopes |= landlock::Scope::AbstractUnixSocket;
-        }
     }
     scopes
 }

@@ -43,6 +43,13 @@ pub const PROXY_ADDR: &str = "127.0.0.1:3128";
 /// [`PROXY_ADDR`] as an address: binding or dialling a string would go
 /// through the std resolver, and the static release calls no NSS function.
 const PROXY_SOCKADDR: ([u8; 4], u16) = ([127, 0, 0, 1], 3128);
+/// The files the proxy's resolver reads, as glibc's `hosts: files dns`.
+const HOSTS: &str = "/etc/hosts";
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+/// Bounds on them: far above any real one (a large blocklist-style hosts
+/// file is a few MiB; glibc reads at most three nameservers).
+const HOSTS_MAX: u64 = 16 << 20;
+const RESOLV_CONF_MAX: u64 = 1 << 20;
 /// Connections relayed at once; more are answered 503 and recorded denied.
 pub(crate) const MAX_ACTIVE: usize = 64;
 /// Connection attempts listed in the receipt; the rest are counted.
@@ -181,6 +188,12 @@ pub enum ProxyError {
     Entry(#[from] AllowError),
     #[error("cannot start the proxy thread: {0}")]
     Thread(#[source] std::io::Error),
+    #[error("the proxy's resolver cannot use {path}: {source}")]
+    ResolverFile {
+        path: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What the proxy has seen so far.
@@ -209,6 +222,25 @@ struct Shared {
     /// an approved name.
     hosts: String,
     resolv: String,
+}
+
+/// The text of one of the resolver's files, read like every other input of
+/// the runner: opened `O_NONBLOCK` and checked to be a regular file on the
+/// fd (a symlink is followed: `/etc/resolv.conf` often is one), then read to
+/// a bound. So a FIFO there never holds setup waiting for a writer (with
+/// the Goal's lock, deaf to a cancelling signal), and a device such as
+/// `/dev/zero` is never read without end. An absent file is empty, as for
+/// glibc (no hosts entries; the loopback nameserver); anything else that is
+/// not a readable regular file within the bound is an error naming it.
+fn resolver_file(path: &'static str, max: u64) -> Result<String, ProxyError> {
+    let err = |source| ProxyError::ResolverFile { path, source };
+    let file = match governed_sys::safe_io::open_regular(std::path::Path::new(path), true) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => return Err(err(e)),
+    };
+    let bytes = governed_sys::safe_io::read_bounded_from(file, max).map_err(err)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -281,8 +313,8 @@ impl Proxy {
             open: Mutex::new(HashMap::new()),
             workers: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
-            hosts: std::fs::read_to_string("/etc/hosts").unwrap_or_default(),
-            resolv: std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+            hosts: resolver_file(HOSTS, HOSTS_MAX)?,
+            resolv: resolver_file(RESOLV_CONF, RESOLV_CONF_MAX)?,
         });
         let (listener_tx, listener_rx) = mpsc::channel::<TcpListener>();
         let s = Arc::clone(&shared);

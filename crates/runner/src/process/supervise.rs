@@ -620,7 +620,7 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     let ended = SystemTime::now();
     let output_bytes = stdout.bytes.saturating_add(stderr.bytes);
     let resources = run_resources(cgroups, &limits, (started, ended), output_bytes)?;
-    let main_oom_killed = oom_killed(kernel_log, signal, pid);
+    let main_oom_killed = oom_killed(kernel_log, signal, pid, cgroups.memory_group_name());
     Ok(RunResult::Ran(Box::new(Supervised {
         exit_trace: main.trace,
         ending,
@@ -645,10 +645,11 @@ fn oom_killed(
     kernel_log: Option<crate::process::oom::KernelLog>,
     signal: Option<i32>,
     pid: i32,
+    group: Option<&str>,
 ) -> Option<bool> {
     kernel_log
         .filter(|_| signal == Some(libc::SIGKILL))
-        .and_then(|k| k.oom_killed(pid))
+        .and_then(|k| k.oom_killed(pid, group))
 }
 
 /// The loop over the output pipes, and the mirror thread with `--stream`.

@@ -38,6 +38,7 @@ pub(super) fn spawn<'a>(
         landlock_ruleset_fd: prepared.landlock_fd.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard_fd: prepared.landlock_guard_fd.as_ref().map(|f| f.as_raw_fd()),
         landlock_guard_access: prepared.landlock_guard_access,
+        landlock_scope_fd: prepared.landlock_scope_fd.as_ref().map(|f| f.as_raw_fd()),
         cgroup_v1_tasks_fds: &child.launch.cgroup_v1_tasks,
         cgroup_v2_dir_fd: child.launch.cgroups.v2_dir_fd(),
         cgroup_v2_procs_fd: child.launch.cgroups.v2_procs_fd(),
