@@ -221,3 +221,27 @@ fn pid_namespace_cancel_reaches_the_program_and_ends_cancelled_reaped() {
         assert!(sleeps_alive(m).is_empty(), "sleep {m} survived the cancel");
     }
 }
+
+/// The init is a process of the run's pids group, but not one of the
+/// program's: a lease of one process still runs its one process.
+#[test]
+fn pid_namespace_init_is_not_counted_against_max_processes() {
+    const TEST: &str = "pid_namespace_init_is_not_counted_against_max_processes";
+    if !is_root() {
+        skip!("{TEST}: needs root (a pids cgroup per run)");
+        return;
+    }
+    let e = Env::new();
+    let probe = ["sh", "-c", "echo one-process"];
+    e.approve(&["--pid-namespace", "--max-processes", "1"], &probe);
+    let r = e.run(&[], &probe);
+    if no_pid_namespace_here(TEST, &r) {
+        return;
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout_text().contains("one-process"),
+        "{}",
+        r.stdout_text()
+    );
+}
