@@ -518,7 +518,8 @@ pub struct ApproveCmd {
     /// the built-in list only].
     #[arg(long, value_name = "PATH")]
     pub daemon_socket: Vec<String>,
-    /// The child is PID 1 of its own PID namespace [default: off].
+    /// The program runs in its own PID namespace under governed-exec's
+    /// init (PID 1; the program is pid 2) [default: off].
     #[arg(long)]
     pub pid_namespace: bool,
     /// The syscall policy of an isolated lease: `default` (a seccomp

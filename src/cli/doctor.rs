@@ -435,7 +435,12 @@ fn isolation_checks(euid: u32) -> Vec<Check> {
                 isolation::enter_namespaces(false, &[], true)
                     .map(|ns| ns.pid.unwrap_or("").to_string())
             })
-            .map(|m| (m, "the child is PID 1 of its own PID namespace".into())),
+            .map(|m| {
+                (
+                    m,
+                    "the program runs in its own PID namespace under governed-exec's init".into(),
+                )
+            }),
         ),
     ));
     checks.push(check(

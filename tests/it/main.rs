@@ -40,6 +40,7 @@ mod process {
     mod isolation;
     mod lifecycle;
     mod output;
+    mod pid_init;
     mod resources;
     mod supervision;
 }

@@ -65,12 +65,13 @@ pub(crate) struct ChildPlan<'a> {
     pub(crate) syscall_policy: *const libc::sock_fprog,
     pub(crate) cgroup_procs: RawFd,
     pub(crate) parent: libc::pid_t,
-    /// Under a new PID namespace: `[ready_w, go_r]`, the child's ends of the
-    /// handshake that lets the parent seize it before anything else runs
-    /// (`-1` when unused), and `[ready_r, go_w]`, the parent's ends, which
-    /// the child closes so that a parent that dies is seen as EOF.
-    pub(crate) trace_child_ends: [RawFd; 2],
-    pub(crate) trace_parent_ends: [RawFd; 2],
+    /// Under a new PID namespace: the write end of the init's status pipe
+    /// (`-1` otherwise). The child becomes the namespace's init and forks
+    /// the program (see `init`).
+    pub(crate) init_status_w: RawFd,
+    /// Fault injection (decided before the fork): the init leaves without a
+    /// report when the program ends, as an init killed from outside would.
+    pub(crate) init_lost: bool,
 }
 
 /// `struct landlock_path_beneath_attr` (packed, as the kernel reads it).
@@ -173,26 +174,6 @@ pub(crate) unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
 
-        // Under a new PID namespace: become seizable for the parent (this
-        // copy of its address space is non-dumpable, and without
-        // CAP_SYS_PTRACE it could not attach), say so, wait until it has
-        // seized us, and be non-dumpable again. A parent that died reads
-        // as EOF: its ends were closed here first.
-        if p.trace_child_ends[0] >= 0 {
-            libc::close(p.trace_parent_ends[0]);
-            libc::close(p.trace_parent_ends[1]);
-            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-            let byte = 1u8;
-            libc::write(p.trace_child_ends[0], (&byte as *const u8).cast(), 1);
-            let mut go = 0u8;
-            if libc::read(p.trace_child_ends[1], (&mut go as *mut u8).cast(), 1) != 1 {
-                child_fail(p.err_w, ChildStep::ParentGone);
-            }
-            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-            libc::close(p.trace_child_ends[0]);
-            libc::close(p.trace_child_ends[1]);
-        }
-
         // Join the run's v1 cgroups first (one thread: no threadgroup lock),
         // so every descendant is born inside.
         for fd in p.cgroup_tasks {
@@ -244,6 +225,12 @@ pub(crate) unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
                     }
                 }
             }
+        }
+        // Under a new PID namespace this process is its init: it forks the
+        // program here, after the setup both share (cgroups, session, cwd,
+        // mount namespace), and never returns; the program goes on below.
+        if p.init_status_w >= 0 {
+            start_program_under_init(p);
         }
         for &(resource, value) in p.rlimits {
             let lim = libc::rlimit {
@@ -323,6 +310,43 @@ pub(crate) unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             libc::AT_EMPTY_PATH,
         );
         child_fail(err_w, ChildStep::Exec)
+    }
+}
+
+/// In the namespace's init: fork the program and, in the init, serve it
+/// until the runner ends the init; return only in the program, which is
+/// then a new session of its own under the init, dying with it.
+///
+/// # Safety
+/// Only in the forked child, with `p.init_status_w` open.
+pub(crate) unsafe fn start_program_under_init(p: &ChildPlan<'_>) {
+    // SAFETY: each step is an async-signal-safe function of this crate
+    // (see `init`) or a raw syscall on integers, in the forked child.
+    unsafe {
+        init_block_signals();
+        let program = init_fork_program(p.err_w);
+        if program > 0 {
+            init_close_all_but(p.init_status_w);
+            init_loop(program, p.init_status_w, p.init_lost);
+        }
+        program_unblock_signals();
+        if libc::setsid() < 0 {
+            child_fail(p.err_w, ChildStep::Setsid);
+        }
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) < 0
+        {
+            child_fail(p.err_w, ChildStep::DeathSignal);
+        }
+        // The init may have died before PDEATHSIG was set.
+        if libc::getppid() != 1 {
+            child_fail(p.err_w, ChildStep::ParentGone);
+        }
     }
 }
 

@@ -9,7 +9,7 @@
 //!
 //! One file a concern: `pidfd`, `caps`, `fsat`, `memfd`, `net`, `seccomp`
 //! (the assembler and the socket filter), `syscall_policy`, `mount`,
-//! `trace`, `spawn` (the parent's side of the fork) and `child` (what the
+//! `init` (PID 1 of a child's PID namespace), `spawn` (the parent's side of the fork) and `child` (what the
 //! child runs before exec). Every `unsafe` block of the project
 //! is in this crate, each with a `// SAFETY:` line.
 
@@ -20,6 +20,7 @@ mod caps;
 mod child;
 use child::*;
 mod fsat;
+mod init;
 mod memfd;
 mod mount;
 mod net;
@@ -27,10 +28,10 @@ mod pidfd;
 mod seccomp;
 mod spawn;
 mod syscall_policy;
-mod trace;
 
 pub use caps::*;
 pub use fsat::*;
+pub use init::*;
 pub use memfd::*;
 pub use mount::*;
 pub use net::*;
@@ -38,7 +39,6 @@ pub use pidfd::*;
 pub use seccomp::*;
 pub use spawn::*;
 pub use syscall_policy::*;
-pub use trace::*;
 
 use std::io;
 

@@ -67,8 +67,8 @@ pub struct SpawnSpec<'a> {
     /// The syscall policy of an isolated lease (CONTRACT §7), installed
     /// in the child right before `execveat`, after everything else.
     pub syscall_policy: Option<&'a SyscallFilter>,
-    /// The child is PID 1 of a new PID namespace: its parent is outside it
-    /// and `getppid()` reads 0 there.
+    /// A new PID namespace whose PID 1 is governed-exec's init (see
+    /// `init`): the program is its pid 2.
     pub new_pid_namespace: bool,
     /// A uid-0 child under isolation: its own mount namespace, set up so.
     pub mounts: Option<&'a MountPlan>,
@@ -95,6 +95,8 @@ pub enum ChildStep {
     CloseFds,
     Exec,
     SyscallPolicy,
+    /// The namespace's init could not fork the program.
+    Init,
 }
 
 impl ChildStep {
@@ -116,6 +118,7 @@ impl ChildStep {
             CloseFds,
             Exec,
             SyscallPolicy,
+            Init,
         ]
         .into_iter()
         .find(|s| *s as u8 == v)
@@ -173,9 +176,9 @@ pub enum Spawned {
         pid: libc::pid_t,
         pidfd: OwnedFd,
         path: SpawnPath,
-        /// Under a new PID namespace: whether the main process's exit is
-        /// watched through ptrace ([`ExitTrace`]).
-        exit_trace: ExitTrace,
+        /// Under a new PID namespace, `pid` and `pidfd` are the init's, and
+        /// this pipe says how the program ended.
+        init: Option<InitStatus>,
     },
     /// A setup step or the exec itself failed; the child has already exited
     /// and been reaped. No program of the request ran.
@@ -239,13 +242,16 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
         *slot = f.as_raw_fd();
     }
     let cgroup_procs = spec.cgroup_v2_procs_fd.map(dup_high).transpose()?;
-    // Under a new PID namespace the main process is seized before it runs
-    // anything of its own (see `ExitTrace`): a two-pipe handshake.
-    let handshake = if spec.new_pid_namespace {
-        Some(TraceHandshake::new()?)
+    // Under a new PID namespace the child is the namespace's init, which
+    // reports the program's end on this pipe (see `init`).
+    let (init_status, init_status_w) = if spec.new_pid_namespace {
+        let (r, w) = status_pipe()?;
+        (Some(r), Some(w))
     } else {
-        None
+        (None, None)
     };
+    // Decided before the fork: the child reads no environment.
+    let init_lost = spec.new_pid_namespace && governed_fault::fail("pid_init_lost");
     let (err_r, err_w_low) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let err_w = dup_high(err_w_low.as_raw_fd())?;
     // Only the child may hold a write end, or EOF would never come.
@@ -300,12 +306,8 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
             // SAFETY: getpid has no preconditions.
             unsafe { libc::getpid() }
         },
-        trace_child_ends: handshake
-            .as_ref()
-            .map_or([-1, -1], TraceHandshake::child_ends),
-        trace_parent_ends: handshake
-            .as_ref()
-            .map_or([-1, -1], TraceHandshake::parent_ends),
+        init_status_w: init_status_w.as_ref().map_or(-1, |w| w.as_raw_fd()),
+        init_lost,
     };
     let ns_flags = if spec.new_pid_namespace {
         libc::CLONE_NEWPID as u64
@@ -315,13 +317,11 @@ pub fn spawn(spec: &SpawnSpec<'_>) -> io::Result<Spawned> {
 
     let cgroup_procs = cgroup_procs.as_ref().map_or(-1, |f| f.as_raw_fd());
     let (pid, pidfd, path) = fork_child(spec, ns_flags, &mut child, cgroup_procs)?;
+    // Only the init may hold a write end of either pipe.
     drop(err_w);
-    let exit_trace = match handshake {
-        Some(h) => h.seize(pid),
-        None => ExitTrace::NotAsked,
-    };
+    drop(init_status_w);
     governed_fault::point("after_fork");
-    exec_report(&err_r, (pid, pidfd, path), exit_trace)
+    exec_report(&err_r, (pid, pidfd, path), init_status)
 }
 
 /// Fork the child by the first mechanism this kernel and its seccomp
@@ -355,16 +355,21 @@ pub(crate) fn fork_child(
 pub(crate) fn exec_report(
     err_r: &OwnedFd,
     (pid, pidfd, path): (libc::pid_t, OwnedFd, SpawnPath),
-    exit_trace: ExitTrace,
+    init: Option<InitStatus>,
 ) -> io::Result<Spawned> {
     let Some((step, errno)) = read_child_failure(err_r)? else {
         return Ok(Spawned::Running {
             pid,
             pidfd,
             path,
-            exit_trace,
+            init,
         });
     };
+    if init.is_some() {
+        // The init outlives a program that failed a step: end it (it may
+        // have exited already; unreaped, its pid still names it).
+        let _ = pidfd_send_signal(&pidfd, libc::SIGKILL);
+    }
     let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
     let step = ChildStep::from_u8(step).unwrap_or(ChildStep::Exec);
     Ok(Spawned::Failed { step, errno, path })
@@ -604,6 +609,7 @@ impl std::fmt::Display for ChildStep {
             ChildStep::CloseFds => "close inherited fds",
             ChildStep::Exec => "execveat",
             ChildStep::SyscallPolicy => "install the seccomp syscall policy",
+            ChildStep::Init => "start the program under the PID namespace's init (fork)",
         };
         f.write_str(s)
     }

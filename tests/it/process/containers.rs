@@ -87,7 +87,8 @@ fn clone3_fallback_keeps_the_pid_namespace_and_exec_failure_is_exec_failed() {
         &e.run_cmd(&[], &probe),
     )));
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout_text().contains("ns_pid=1"), "{}", r.stdout_text());
+    // The program is pid 2, under governed-exec's init.
+    assert!(r.stdout_text().contains("ns_pid=2"), "{}", r.stdout_text());
     assert_eq!(r.predicate()["spawn_path"], "clone_pidfd");
 }
 
@@ -324,7 +325,7 @@ fn unprivileged_namespaces_go_through_a_user_namespace_where_the_kernel_allows()
     assert_eq!(iso["pid_namespace_mechanism"], "user_and_pid_namespace");
     assert_eq!(iso["network_namespace"], true);
     let t = r.stdout_text();
-    assert!(t.contains("ns_pid=1 uid=65534"), "{t}");
+    assert!(t.contains("ns_pid=2 uid=65534"), "{t}");
 }
 
 #[test]

@@ -170,8 +170,8 @@ fn no_network_cannot_reach_the_hosts_loopback() {
 }
 
 #[test]
-fn pid_namespace_makes_the_child_pid_1_and_takes_setsid_descendants_with_it() {
-    require_root!("pid_namespace_makes_the_child_pid_1_and_takes_setsid_descendants_with_it");
+fn pid_namespace_runs_the_child_under_init_and_takes_setsid_descendants_with_it() {
+    require_root!("pid_namespace_runs_the_child_under_init_and_takes_setsid_descendants_with_it");
     let e = Env::new();
     // In the workspace: the directories above the state dir are read-only
     // to an isolated uid-0 child (its Landlock guard).
@@ -187,7 +187,8 @@ fn pid_namespace_makes_the_child_pid_1_and_takes_setsid_descendants_with_it() {
     e.approve(&["--pid-namespace"], &probe);
     let r = e.run(&[], &probe);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stdout_text().contains("ns_pid=1"), "{}", r.stdout_text());
+    // pid 2: pid 1 is governed-exec's init.
+    assert!(r.stdout_text().contains("ns_pid=2"), "{}", r.stdout_text());
     assert!(read_pid(&gc) > 1, "the grandchild did not start");
     let survivors: Vec<String> = std::fs::read_dir("/proc")
         .expect("/proc")

@@ -279,9 +279,9 @@ pub fn boundary_text(
     }
     if req.pid_namespace {
         parts.push(if mount_ns == Some(false) {
-            "it is PID 1 of its own PID namespace and cannot signal host processes by pid, but /proc is not remounted and still lists them".into()
+            "it runs in its own PID namespace under governed-exec's init and cannot signal host processes by pid, but /proc is not remounted and still lists them".into()
         } else {
-            "it is PID 1 of its own PID namespace with a fresh /proc that shows only that namespace; it cannot see or signal host processes by pid".into()
+            "it runs in its own PID namespace under governed-exec's init, with a fresh /proc that shows only that namespace; it cannot see or signal host processes by pid".into()
         });
     }
     parts.join("; ")

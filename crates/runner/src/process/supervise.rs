@@ -22,7 +22,7 @@
 //! back through, and nothing a fork storm that fills an enclosing
 //! `pids.max` could keep from starting.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -43,7 +43,7 @@ use crate::process::capture::StreamCapture;
 use crate::process::cgroup::RunCgroups;
 use governed_model::{Cleanup, CleanupState, KernelView, Limits, Resources, StreamRecord};
 use governed_sys as sys;
-use governed_sys::{ChildStep, ExitTrace, SpawnPath, SpawnSpec, Spawned, TraceStop};
+use governed_sys::{ChildStep, InitReport, InitStatus, SpawnPath, SpawnSpec, Spawned};
 
 /// How long cleanup may take to observe every process gone before the
 /// outcome becomes `unknown`.
@@ -77,8 +77,9 @@ pub enum Ending {
 }
 
 pub struct Supervised {
-    /// Under a new PID namespace: whether its teardown was observed.
-    pub exit_trace: ExitTrace,
+    /// Under a new PID namespace: its init ended before it reported the
+    /// program's end, so the kernel tore the namespace down unobserved.
+    pub init_lost: bool,
     pub ending: Ending,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
@@ -331,10 +332,18 @@ impl EventLoop {
         })
     }
 
-    /// Watch the main process and the signals too (after the spawn).
-    fn watch(&self, pidfd: &OwnedFd, signals: &SignalFd) -> std::io::Result<()> {
+    /// Watch the main process and the signals too (after the spawn); under
+    /// a PID namespace the main process is the init, and its status pipe
+    /// says when the program ends.
+    fn watch(&self, main: &Main, pidfd: &OwnedFd, signals: &SignalFd) -> std::io::Result<()> {
         self.epoll
             .add(pidfd, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_MAIN))?;
+        if let Some(init) = &main.init {
+            self.epoll.add(
+                &init.status.fd,
+                EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_MAIN),
+            )?;
+        }
         self.epoll
             .add(signals, EpollEvent::new(EpollFlags::EPOLLIN, TOKEN_SIGNALS))?;
         Ok(())
@@ -343,8 +352,11 @@ impl EventLoop {
     /// Stop watching them: after cleanup only the pipes are drained (an
     /// exited main keeps its pidfd readable, and a late signal stays
     /// pending in the signalfd, as it did while reader threads drained).
-    fn unwatch(&self, pidfd: &OwnedFd, signals: &SignalFd) {
+    fn unwatch(&self, main: &Main, pidfd: &OwnedFd, signals: &SignalFd) {
         let _ = self.epoll.delete(pidfd);
+        if let Some(init) = &main.init {
+            let _ = self.epoll.delete(&init.status.fd);
+        }
         let _ = self.epoll.delete(signals);
     }
 
@@ -508,7 +520,11 @@ impl Drop for TreeOwner<'_> {
         if !self.confirmed {
             let _ = kill_all_and_confirm(self.main, false, self.cgroups);
             // Reap the main process too: nothing else will now.
-            let _ = waitpid(self.main.pid, Some(WaitPidFlag::WNOHANG));
+            if self.main.init.is_some() {
+                let _ = end_init(self.main);
+            } else {
+                let _ = waitpid(self.main.pid, Some(WaitPidFlag::WNOHANG));
+            }
         }
     }
 }
@@ -563,7 +579,7 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
         .then(crate::process::oom::KernelLog::at_end);
     let started = SystemTime::now();
     let t0 = Instant::now();
-    let (pid, pidfd, spawn_path, exit_trace) = match spawn_child(&spec)? {
+    let (pid, pidfd, spawn_path, init) = match spawn_child(&spec)? {
         Spawned::Failed { step, errno, path } => {
             return Ok(RunResult::NotExecuted {
                 step,
@@ -575,15 +591,18 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
             pid,
             pidfd,
             path,
-            exit_trace,
-        } => (pid, pidfd, path, exit_trace),
+            init,
+        } => (pid, pidfd, path, init),
     };
     drop(out_w);
     drop(err_w);
     let main = &Main {
         pid: Pid::from_raw(pid),
-        trace: exit_trace,
-        alive_at_exit: RefCell::new(Ok(HashSet::new())),
+        init: init.map(|status| Init {
+            status,
+            report: Cell::new(InitReport::Running),
+            reaped: Cell::new(false),
+        }),
     };
     let owner = TreeOwner {
         main,
@@ -592,10 +611,16 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
     };
     // The exec has happened (the error pipe closed): read the credentials
     // back from the kernel while the process is most likely still there.
-    let kernel_view = kernel_view_of(pid);
+    // Under a PID namespace the program is the init's child, pid 2 there.
+    let program = if main.init.is_some() {
+        program_under_init(pid)
+    } else {
+        Some(pid)
+    };
+    let kernel_view = program.and_then(kernel_view_of);
 
     let deadline = t0 + Duration::from_millis(limits.wall_time_ms);
-    events.watch(&pidfd, signals)?;
+    events.watch(main, &pidfd, signals)?;
     let ending = wait_for_ending(&mut events, main, signals, deadline)?;
     if governed_fault::fail("supervision_error") {
         // An early return after the spawn: the tree's owner must clean up.
@@ -615,14 +640,15 @@ pub fn run(plan: Plan<'_>) -> Result<RunResult, SuperviseError> {
 
     // The tree is gone, so the pipes' write ends are closed unless something
     // outside the run holds one: never wait for it past the bound.
-    events.unwatch(&pidfd, signals);
+    events.unwatch(main, &pidfd, signals);
     let [stdout, stderr] = events.drain_rest(Instant::now() + DRAIN_BOUND);
     let ended = SystemTime::now();
     let output_bytes = stdout.bytes.saturating_add(stderr.bytes);
     let resources = run_resources(cgroups, &limits, (started, ended), output_bytes)?;
-    let main_oom_killed = oom_killed(kernel_log, signal, pid, cgroups.memory_group_name());
+    let main_oom_killed =
+        program.and_then(|p| oom_killed(kernel_log, signal, p, cgroups.memory_group_name()));
     Ok(RunResult::Ran(Box::new(Supervised {
-        exit_trace: main.trace,
+        init_lost: main.init_lost(),
         ending,
         exit_code,
         signal,
@@ -733,9 +759,20 @@ fn stop_tree(
 }
 
 /// The main process's exit code or signal, reaped. Never blocks on a main
-/// process that could not be confirmed gone.
+/// process that could not be confirmed gone. Under a PID namespace: the
+/// program's, as its init reported it (the init is ended and reaped here);
+/// not known if the init ended first, taking the program with it.
 fn exit_status(main: &Main) -> (Option<i32>, Option<i32>) {
-    let status = if main_has_exited(main) {
+    let status = if let Some(init) = &main.init {
+        main_has_exited(main);
+        let _ = end_init(main);
+        match init.report.get() {
+            InitReport::Exited(raw) => decode_wait_status(main.pid, raw),
+            // An init that ended first told nothing of how the program
+            // ended: the kernel may have killed it with the namespace.
+            _ => None,
+        }
+    } else if main_has_exited(main) {
         waitpid(main.pid, None).ok()
     } else {
         None
@@ -829,8 +866,15 @@ fn read_signals(signals: &mut SignalFd, main: &Main) -> Option<i32> {
 }
 
 fn main_has_exited(main: &Main) -> bool {
-    if main.trace == ExitTrace::Seized {
-        main.serve_stops();
+    if let Some(init) = &main.init {
+        if init.report.get() == InitReport::Running {
+            // A pipe that cannot be read is an init that cannot report.
+            init.report
+                .set(init.status.poll().unwrap_or(InitReport::InitGone));
+        }
+        if init.report.get() != InitReport::Running {
+            return true;
+        }
     }
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
     matches!(
@@ -839,38 +883,96 @@ fn main_has_exited(main: &Main) -> bool {
     )
 }
 
-/// The main process of the run.
+/// The main process of the run: the program, or under a PID namespace
+/// the namespace's init, whose child the program is.
 struct Main {
     pid: Pid,
-    trace: ExitTrace,
-    /// Under a traced PID namespace: every other process of the run alive
-    /// when the main process began to exit, which the kernel's teardown of
-    /// the namespace then kills (an error if the tree could not be read at
-    /// that moment).
-    alive_at_exit: RefCell<std::io::Result<HashSet<i32>>>,
+    init: Option<Init>,
+}
+
+/// governed-exec's init, PID 1 of the program's PID namespace
+/// (`sys::init`): alive, and keeping every leftover alive and in the
+/// runner's tree under it, until the runner ends it after cleanup.
+struct Init {
+    status: InitStatus,
+    /// The first report other than `Running`, kept.
+    report: Cell<InitReport>,
+    /// Whether `end_init` has reaped it.
+    reaped: Cell<bool>,
 }
 
 impl Main {
-    /// Resume every pending ptrace-stop as the kernel would have run it
-    /// untraced; at the exit stop, first count the rest of the namespace.
-    fn serve_stops(&self) {
-        let pid = self.pid.as_raw();
-        while let Ok(Some(stop)) = sys::trace_take_stop(pid) {
-            if stop == TraceStop::Exit {
-                *self.alive_at_exit.borrow_mut() = alive_in_tree_until_stable(pid);
-            }
-            let _ = sys::trace_resume(pid, stop);
-        }
+    /// The leftovers: every process other than the main process (and the
+    /// init) seen alive during cleanup, which under a PID namespace begins
+    /// while the init still holds the namespace open.
+    fn leftovers(&self, seen_in_cleanup: &HashSet<i32>) -> u64 {
+        seen_in_cleanup.len() as u64
     }
 
-    /// The leftovers: those seen alive during cleanup and, under a traced
-    /// PID namespace, those alive when the main process began to exit.
-    fn leftovers(&self, seen_in_cleanup: &HashSet<i32>) -> u64 {
-        match &*self.alive_at_exit.borrow() {
-            Ok(at_exit) => seen_in_cleanup.union(at_exit).count() as u64,
-            Err(_) => seen_in_cleanup.len() as u64,
+    /// Whether the init ended before it reported the program's end.
+    fn init_lost(&self) -> bool {
+        self.init
+            .as_ref()
+            .is_some_and(|i| i.report.get() == InitReport::InitGone)
+    }
+
+    /// Whether the run's cgroups may be killed as a whole now: not while an
+    /// init waits to report a program that still runs (`cgroup.kill` would
+    /// end the init first, and the kernel the namespace with it, unseen).
+    fn group_kill_allowed(&self) -> bool {
+        self.init.is_none() || main_has_exited(self)
+    }
+}
+
+/// End the init (SIGKILL: it ignores nothing from the parent namespace)
+/// and reap it, waiting a short bound for the kernel to empty its
+/// namespace. Its own wait status, if it was reaped.
+fn end_init(main: &Main) -> Option<WaitStatus> {
+    // Reaped already (a second call): its pid may name another process.
+    if main.init.as_ref().is_some_and(|i| i.reaped.get()) {
+        return None;
+    }
+    let _ = nix::sys::signal::kill(main.pid, Signal::SIGKILL);
+    let end = Instant::now() + CONFIRM_BOUND;
+    loop {
+        match waitpid(main.pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) if Instant::now() < end => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return None,
+            Ok(st) => {
+                if let Some(i) = &main.init {
+                    i.reaped.set(true);
+                }
+                return Some(st);
+            }
         }
     }
+}
+
+/// A wait status as `wait4` gives it, for `pid`.
+fn decode_wait_status(pid: Pid, raw: libc::c_int) -> Option<WaitStatus> {
+    if libc::WIFEXITED(raw) {
+        Some(WaitStatus::Exited(pid, libc::WEXITSTATUS(raw)))
+    } else if libc::WIFSIGNALED(raw) {
+        let sig = Signal::try_from(libc::WTERMSIG(raw)).ok()?;
+        Some(WaitStatus::Signaled(pid, sig, libc::WCOREDUMP(raw)))
+    } else {
+        None
+    }
+}
+
+/// The program under the init `init`: its child that is pid 2 of the
+/// namespace (`NSpid` ends in 2). `None` once it has exited and been reaped.
+fn program_under_init(init: i32) -> Option<i32> {
+    children_of(init).ok()?.into_iter().find(|&c| {
+        std::fs::read_to_string(format!("/proc/{c}/status")).is_ok_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|v| v.split_whitespace().last())
+                .is_some_and(|p| p == sys::PROGRAM_NS_PID.to_string())
+        })
+    })
 }
 
 impl Supervised {
@@ -878,13 +980,9 @@ impl Supervised {
     /// PID namespace whose teardown was not observed (CONTRACT §7: the
     /// kernel kills them as part of PID 1's exit, before any wait).
     pub(crate) fn leftovers_uncounted(&self) -> Option<String> {
-        match self.exit_trace {
-            ExitTrace::Refused(errno) => Some(format!(
-                "under --pid-namespace the kernel kills every other process of the run when the main process ends, and ptrace, by which governed-exec counts them first, was refused ({}): processes left behind could not be counted",
-                nix::errno::Errno::from_raw(errno).desc()
-            )),
-            _ => None,
-        }
+        self.init_lost.then(|| {
+            "under --pid-namespace governed-exec's init ended before the program did, and the kernel killed every process of the namespace with it: processes left behind could not be counted".to_string()
+        })
     }
 }
 
@@ -966,31 +1064,6 @@ fn descendants() -> std::io::Result<Vec<Node>> {
     Ok(out)
 }
 
-/// Every process of the tree but `main` seen alive, over walks repeated
-/// until two in a row find the same processes (at most a few): a process
-/// that dies during one walk hands its children to another parent after
-/// that parent's list may have been read, so one walk can miss them; the
-/// next one finds them where they went.
-fn alive_in_tree_until_stable(main: i32) -> std::io::Result<HashSet<i32>> {
-    const MAX_WALKS: usize = 8;
-    let mut alive = HashSet::new();
-    let mut last: Option<Vec<i32>> = None;
-    for _ in 0..MAX_WALKS {
-        let mut pids: Vec<i32> = descendants()?.iter().map(|n| n.pid).collect();
-        pids.sort_unstable();
-        alive.extend(
-            pids.iter()
-                .copied()
-                .filter(|&p| p != main && proc_state(p).is_some_and(|(st, _)| st != 'Z')),
-        );
-        if last.as_ref() == Some(&pids) {
-            break;
-        }
-        last = Some(pids);
-    }
-    Ok(alive)
-}
-
 /// `(state, ppid)` from `/proc/PID/stat`.
 fn proc_state(pid: i32) -> Option<(char, i32)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -1062,13 +1135,19 @@ fn kill_all_and_confirm(main: &Main, count_as_leftovers: bool, cgroups: &RunCgro
     let mut pause = Duration::from_micros(200);
     let mut first = true;
     loop {
-        if !main_has_exited(main) {
+        // An init is not killed before it has reported the program's end:
+        // the walk below kills the program, and the init reaps it.
+        if main.init.is_none() && !main_has_exited(main) {
             let _ = killpg(pid, Signal::SIGKILL);
         }
         // Fast path: while the v2 group itself says it is populated, the run
         // is not gone; kill through it and reap without walking /proc (the
         // first pass has already counted everything alive).
-        if !first && matches!(cgroups.populated(), Some(Ok(true))) && Instant::now() < end {
+        if !first
+            && main.group_kill_allowed()
+            && matches!(cgroups.populated(), Some(Ok(true)))
+            && Instant::now() < end
+        {
             cgroups.kill();
             reap_strays(pid);
             std::thread::sleep(pause);
@@ -1086,8 +1165,13 @@ fn kill_all_and_confirm(main: &Main, count_as_leftovers: bool, cgroups: &RunCgro
         let main_done = main_has_exited(main);
         // Whether some witness could not be read in this pass: then nothing
         // is observed gone, whatever the others say.
-        let (mut present, mut blind) = kill_and_walk(pid, cgroups, &mut seen_alive);
-        let (members, populated, cgroups_blind) = cgroup_witness(pid, cgroups);
+        let (mut present, mut blind) = kill_and_walk(main, cgroups, &mut seen_alive);
+        let (members, mut populated, cgroups_blind) = cgroup_witness(pid, cgroups);
+        if main.init.is_some() {
+            // The init is a member of the run's groups until it is ended,
+            // after this confirmation: it is not what keeps them populated.
+            populated &= !members.is_empty();
+        }
         blind |= cgroups_blind;
         let known: HashSet<i32> = present.iter().copied().collect();
         present.extend(members.into_iter().filter(|m| !known.contains(m)));
@@ -1117,10 +1201,11 @@ fn kill_all_and_confirm(main: &Main, count_as_leftovers: bool, cgroups: &RunCgro
 /// children found are reaped. Returns what the tree walk found present (not
 /// main), and whether a witness could not be read.
 fn kill_and_walk(
-    pid: Pid,
+    main: &Main,
     cgroups: &RunCgroups,
     seen_alive: &mut HashSet<i32>,
 ) -> (Vec<i32>, bool) {
+    let pid = main.pid;
     let mut blind = false;
     match cgroups.members() {
         Ok(ms) => {
@@ -1132,9 +1217,11 @@ fn kill_and_walk(
         }
         Err(_) => blind = true,
     }
-    cgroups.kill();
-    if !cgroups.has_kill() {
-        cgroups.kill_members();
+    if main.group_kill_allowed() {
+        cgroups.kill();
+        if !cgroups.has_kill() {
+            cgroups.kill_members();
+        }
     }
     let tree = descendants().unwrap_or_else(|_| {
         blind = true;

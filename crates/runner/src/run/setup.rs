@@ -161,10 +161,13 @@ pub(super) fn setup(admission: Admission<'_>) -> Result<Ready<'_>, Stop> {
 fn child(inputs: &Inputs, admitted: &mut Admitted, led: &dyn Ledger) -> Result<Child, SetupError> {
     let body = &admitted.lease.body;
     let attempt_id = new_id("att");
+    // Under a PID namespace governed-exec's init is a process of the run's
+    // groups too: the lease's number is the program's, so one more for it.
+    let init = u64::from(body.isolation.pid_namespace);
     let make_cgroups = || {
         RunCgroups::create(
             &attempt_id,
-            body.limits.max_processes.limit(),
+            body.limits.max_processes.limit().map(|n| n + init),
             Some(body.limits.memory_bytes),
             inputs.sweep,
         )
@@ -317,7 +320,18 @@ fn limits(
     prepared: &mut isolation::Prepared,
     cgroups: &RunCgroups,
 ) -> Result<(process_limit::Plan, Rlimits), SetupError> {
-    let process_limit = process_limit::choose(l.max_processes, prepared.report.uid, cgroups)?;
+    let mut process_limit = process_limit::choose(l.max_processes, prepared.report.uid, cgroups)?;
+    if let (true, Some(_), Some(n)) = (
+        prepared.report.pid_namespace,
+        cgroups.process_limit(),
+        l.max_processes.limit(),
+    ) {
+        // `child` made the pids group one larger, for the init.
+        process_limit.report.detail = format!(
+            "a pids cgroup made for this run alone, pids.max = {} ({n} for the program's processes, 1 for governed-exec's init of its PID namespace)",
+            n + 1
+        );
+    }
     prepared.report.process_limit = process_limit.report.mechanism.clone();
     prepared.report.process_limit_evadable = process_limit::evadable(
         &process_limit.report.mechanism,
