@@ -2,7 +2,7 @@
 # Build the release binary statically linked (static-pie against glibc's
 # libc.a), so it can be copied into any Linux image and starts without the
 # dynamic loader. governed-exec calls no NSS function (no getpwnam & co.)
-# but getaddrinfo, for a PostgreSQL ledger's host name only (README:
+# but getaddrinfo, for a PostgreSQL ledger's host name only (README, Install:
 # without glibc's NSS modules in the image, name the ledger by IP), which
 # is what makes a static glibc build safe. Prints the binary's path.
 set -euo pipefail

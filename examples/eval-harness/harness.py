@@ -77,7 +77,7 @@ def mint_lease(binary, tmp, task):
 
 
 def run_request(binary, goal, manifest, approver_pub, state, request):
-    """The agent's tool: one request in, one document out (README snippet)."""
+    """The agent's tool: one request in, one document out (docs/GUIDE.md snippet)."""
     p = subprocess.run([binary, "run", "--goal", goal, "--manifest", manifest,
                         "--trust", approver_pub, "--state-dir", state, "--request", "-"],
                        input=json.dumps(request).encode(), capture_output=True)

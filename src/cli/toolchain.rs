@@ -147,7 +147,7 @@ fn rustup_warning(b: &LeaseBody, canonical: &Path, found: &Path) -> Option<Strin
             need.push(format!("--env {var}={}", quote(&home_default(var, dot))));
         }
     }
-    let pinned = "the lease pins rustup's bytes, not the toolchain it runs (pin that by approving the path `rustup which cargo` prints, with that toolchain's bin first in PATH and RUSTUP_TOOLCHAIN set: README, Toolchains)";
+    let pinned = "the lease pins rustup's bytes, not the toolchain it runs (pin that by approving the path `rustup which cargo` prints, with that toolchain's bin first in PATH and RUSTUP_TOOLCHAIN set: docs/GUIDE.md, Toolchains)";
     if need.is_empty() {
         Some(format!("{} is a rustup proxy; {pinned}", e.requested))
     } else {

@@ -3,7 +3,7 @@
 //! One test binary, its modules arranged by the stage of `src/` they test
 //! (ARCHITECTURE.md, "Tests"): `cli`, `run`, `gate`, `ledger`, `process`,
 //! `evidence`, `testing`; `agent` drives the MCP server as a client; `attack` holds the attack passes, which cross
-//! stages; `shipped` replays what the README, `examples/` and `ci/` ship.
+//! stages; `shipped` replays what the README, docs/GUIDE.md, `examples/` and `ci/` ship.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

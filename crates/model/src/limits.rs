@@ -10,7 +10,7 @@ use crate::{Limits, MaxProcesses, Profile, DEFAULT_CANCEL_GRACE_MS};
 
 pub use crate::units::{format_ms, format_size, parse_duration, parse_size};
 
-/// Default concrete limits of each tier (documented in the README table).
+/// Default concrete limits of each tier (documented in the table of docs/GUIDE.md, Profiles).
 pub fn tier(profile: Profile) -> Limits {
     match profile {
         Profile::Short => Limits {
@@ -82,27 +82,27 @@ mod tests {
         assert!(parse_size("-1").is_err());
     }
 
-    /// The tiers are the README's table, cell for cell: a default that
+    /// The tiers are the user's guide's table, cell for cell: a default that
     /// changes here changes what people were told, so both change together.
     #[test]
-    fn the_tiers_are_the_readme_table() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-                .expect("README.md");
+    fn the_tiers_are_the_guide_table() {
+        let guide =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/GUIDE.md"))
+                .expect("docs/GUIDE.md");
         // The table under its header, up to the first line that is no row.
-        let table: Vec<&str> = readme
+        let table: Vec<&str> = guide
             .lines()
             .skip_while(|l| !l.starts_with("| limit (flag) | `short` | `standard` | `long` |"))
             .take_while(|l| l.starts_with('|'))
             .collect();
-        assert!(table.len() > 2, "the README's tier table is gone");
+        assert!(table.len() > 2, "the guide's tier table is gone");
         // The row whose first cell names `flag`: its short, standard and
         // long cells.
         let row = |flag: &str| -> [String; 3] {
             let line = table
                 .iter()
                 .find(|l| l.contains(&format!("(`{flag}`)")))
-                .unwrap_or_else(|| panic!("no README row for {flag}"));
+                .unwrap_or_else(|| panic!("no guide row for {flag}"));
             let cells: Vec<String> = line
                 .split('|')
                 .map(|c| c.trim().to_string())

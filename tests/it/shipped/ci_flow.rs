@@ -1,4 +1,4 @@
-//! The CI flow as shipped (README "Use it in a CI step", ci/*.yml), replayed:
+//! The CI flow as shipped (docs/GUIDE.md "Use it in a CI step", ci/*.yml), replayed:
 //! approve once in one checkout, commit, `git clone` twice (two "runners",
 //! each with a fresh state dir), run and verify in each clone against the
 //! same ledger (PostgreSQL when the test cluster is there, else a shared
@@ -17,13 +17,13 @@ fn shipped(rel: &str) -> String {
 
 #[test]
 fn the_shipped_ci_docs_use_a_portable_lease_a_ledger_and_the_leases_profile() {
-    let mut readme = shipped("README.md");
-    let start = readme.find("## Use it in a CI step").unwrap();
-    readme = readme[start..].to_string();
-    let end = readme[3..].find("\n## ").map_or(readme.len(), |e| e + 3);
-    readme.truncate(end);
+    let mut guide = shipped("docs/GUIDE.md");
+    let start = guide.find("## Use it in a CI step").unwrap();
+    guide = guide[start..].to_string();
+    let end = guide[3..].find("\n## ").map_or(guide.len(), |e| e + 3);
+    guide.truncate(end);
     for (name, text) in [
-        ("README CI section", readme),
+        ("the guide's CI section", guide),
         ("ci/github-actions.yml", shipped("ci/github-actions.yml")),
         ("ci/gitlab-ci.yml", shipped("ci/gitlab-ci.yml")),
     ] {
