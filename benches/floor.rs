@@ -1,4 +1,4 @@
-//! The floor of a governed run (issue 23): only the work no governed run
+//! The floor of a governed run: only the work no governed run
 //! can skip, with none of governed-exec's structure, so that
 //! `scripts/bench.sh` can say how far above its own limit governed-exec is.
 //!

@@ -1,5 +1,5 @@
 //! `scripts/bench.sh` runs this: whole-process timings of governed-exec
-//! against the commands each target of issue 13 names, measured side by side
+//! against the commands each target names, measured side by side
 //! (interleaved round-robin, medians) in one run. Prints one line per figure,
 //! then a table of the targets and whether each holds.
 //!
@@ -374,7 +374,7 @@ fn main() {
         rss_of(&args[i + 1..]);
     }
     if args.iter().any(|a| a == "--accounting-only") {
-        // No binary needed: the figure calls the library (issue 21).
+        // No binary needed: the figure calls the library.
         let mut o = parse_opts(vec!["--bin".into(), "-".into(), "--quick".into()]);
         if let Some(i) = args.iter().position(|a| a == "--reps") {
             o.reps = args[i + 1].parse().expect("--reps N");
@@ -962,7 +962,7 @@ fn cheap_wins(f: &Fixture, o: &Opts) {
     }
 }
 
-/// Figures of earlier rounds that are not issue-13 targets but should not
+/// Figures of earlier rounds that are not targets but should not
 /// regress: killing a 1000-process tree, receipt size vs output volume.
 fn other_figures(f: &Fixture) {
     let g = f.goal("other");
@@ -993,7 +993,7 @@ fn other_figures(f: &Fixture) {
         samples.push(t.elapsed().saturating_sub(Duration::from_secs(3)));
     }
     println!(
-        "7. (not an issue-13 target) kill+confirm a 1000-process tree after the deadline: {:.1} ms median",
+        "7. (not a target) kill+confirm a 1000-process tree after the deadline: {:.1} ms median",
         ms(median(samples))
     );
     let mut sizes = Vec::new();
@@ -1031,7 +1031,7 @@ fn other_figures(f: &Fixture) {
     }
     let m = paired_any(30, &mut verifies);
     println!(
-        "8. (not an issue-13 target) receipt size, 1 MiB vs 256 MiB of output: {} B vs {} B | verify {:.3} ms vs {:.3} ms",
+        "8. (not a target) receipt size, 1 MiB vs 256 MiB of output: {} B vs {} B | verify {:.3} ms vs {:.3} ms",
         sizes[0],
         sizes[1],
         ms(m[0]),
@@ -1039,7 +1039,7 @@ fn other_figures(f: &Fixture) {
     );
 }
 
-/// Issue 21: the per-run cost of reading the run's resources from its
+/// The per-run cost of reading the run's resources from its
 /// cgroups (one pass over the counter files, done once after cleanup),
 /// side by side with the `getrusage` it adds to, in this process, on groups
 /// made exactly as `run` makes them, that a real process ran in. Also how

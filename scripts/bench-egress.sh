@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The egress allowlist's figures (issue 19), measured side by side,
+# The egress allowlist's figures, measured side by side,
 # interleaved, medians. Needs root, iproute2, curl, python3.
 #
 #   1. throughput: a 1 GiB download (sendfile from a page-cached sparse file,

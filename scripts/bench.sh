@@ -2,8 +2,8 @@
 # Benchmarks (not timed tests). Builds the binary README's build gives users
 # (scripts/build-static.sh), the floor of a governed run (benches/floor.rs,
 # linked the same static way) and, for comparison, the dynamically linked
-# `cargo build --release` one, then prints every figure of issues 13, 19,
-# 21 and 23 with its ratio against the comparison command, measured side by
+# `cargo build --release` one, then prints every figure with its ratio
+# against the comparison command, measured side by
 # side (interleaved, medians) in one run, and a table saying which targets
 # hold. bubblewrap is installed from Debian when missing (root only; else
 # its line says SKIP).
@@ -72,7 +72,7 @@ echo "governed-exec bench, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, kernel $
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 "${prio[@]}" "$harness" --bin "$bin" --dir "$dir" "${args[@]}" | tee "$out"
-# The egress allowlist's figures (issue 19: 1 GiB through the proxy vs
+# The egress allowlist's figures (1 GiB through the proxy vs
 # direct, --allow-net vs --no-network per run): root only, as they need
 # network namespaces; EGRESS=0 skips them. Their rows join the table.
 if [ "${FIXED_ONLY:-0}" != 1 ] && [ "${EGRESS:-1}" != 0 ]; then

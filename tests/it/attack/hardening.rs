@@ -1,4 +1,4 @@
-//! Attacks on the runner itself (issue 9, part A): a writer racing the exec,
+//! Attacks on the runner itself: a writer racing the exec,
 //! files planted where the runner reads or writes, huge products, hidden
 //! characters in what a human reads, and leftovers of a killed runner.
 
@@ -707,8 +707,7 @@ fn a_big_script_rewritten_while_it_is_hashed_and_copied_runs_the_approved_bytes_
 
 /// keygen and the runner's first key write never write through a planted
 /// symlink: the `.pub` is the trust anchor a verifier reads, and its
-/// temporary (once `PREFIX.pub.tmp<PID>`, predictable) was followed
-/// (issue 18, finding 9).
+/// temporary (once `PREFIX.pub.tmp<PID>`, predictable) was followed.
 #[test]
 fn keygen_and_the_runner_key_never_write_through_planted_symlinks() {
     let d = tempfile::tempdir().expect("tempdir");
@@ -753,8 +752,7 @@ fn keygen_and_the_runner_key_never_write_through_planted_symlinks() {
 }
 
 /// `--as-user 4294967295` is `(uid_t)-1`: "leave unchanged" to the kernel,
-/// so the child stayed uid 0 while the summary named 4294967295 (issue 18,
-/// finding 10). Refused at approve, naming the value.
+/// so the child stayed uid 0 while the summary named 4294967295. Refused at approve, naming the value.
 #[test]
 fn as_user_minus_one_is_refused_at_approve() {
     let e = Env::new();
@@ -771,7 +769,7 @@ fn as_user_minus_one_is_refused_at_approve() {
 }
 
 /// A newline in a directory or file name added forged lines to the approval
-/// summary: only argv went through the escaping (issue 18, finding 13).
+/// summary: only argv went through the escaping.
 #[test]
 fn a_newline_in_a_file_or_directory_name_adds_no_line_to_the_summary() {
     let e = Env::new();
@@ -797,7 +795,7 @@ fn a_newline_in_a_file_or_directory_name_adds_no_line_to_the_summary() {
 
 /// The sealed copy is executable by anyone: an `--as-user` child ran a
 /// 0700 root-only program (and could read its bytes) that its uid could
-/// never run itself (issue 18, finding 11).
+/// never run itself.
 #[test]
 fn an_as_user_child_runs_only_what_its_uid_could_run() {
     if !is_root() {

@@ -1,4 +1,4 @@
-//! Attacks on the child's reach (issue 18): daemon sockets reached by a
+//! Attacks on the child's reach: daemon sockets reached by a
 //! path the reach computation does not know, so the receipt claims the key
 //! out of the child's reach and `verify` says VERIFIED_DONE.
 

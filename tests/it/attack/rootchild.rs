@@ -1,4 +1,4 @@
-//! A uid-0 child cannot make a claim false (CONTRACT §7, issue 9 part B).
+//! A uid-0 child cannot make a claim false (CONTRACT §7).
 //! Each test is an attack a root child made on an earlier version; under
 //! isolation it must fail, and without isolation the receipt and `verify`
 //! must say honestly that the child could have done it.
@@ -522,7 +522,7 @@ fn a_root_runner_without_cap_sys_admin_still_runs_isolated_children_and_says_wha
     );
     // Without a mount namespace nothing covers a daemon socket, and this
     // child keeps CAP_DAC_OVERRIDE: where dockerd listens, it could have
-    // asked it for processes outside every witness (issue 18, finding 1).
+    // asked it for processes outside every witness.
     let cleanup = &r.predicate()["cleanup"];
     let docker = std::path::Path::new("/var/run/docker.sock").exists();
     assert_eq!(cleanup["evadable"], docker, "{cleanup}");
@@ -651,7 +651,7 @@ fn an_isolated_root_child_cannot_replace_the_state_dir_by_renaming_its_parent() 
 
 /// `--as-user 0` drops every capability, but uid 0 still owns the state
 /// dir's parent: it got the mount covers and not the guard, renamed the
-/// parent and planted its own runner key (issue 18, finding 2).
+/// parent and planted its own runner key.
 #[test]
 fn an_as_user_0_child_cannot_replace_the_state_dir_by_renaming_its_parent() {
     require_root!("an_as_user_0_child_cannot_replace_the_state_dir_by_renaming_its_parent");

@@ -1,4 +1,4 @@
-//! The first hour (issue 20): the CLI explains itself. Every message a new
+//! The first hour: the CLI explains itself. Every message a new
 //! user meets says what happened and what to do next: usage errors carry
 //! the usage, a run ends with one line, a refused request names the lease
 //! it nearly matched, a swapped key names both key ids, a lease that will

@@ -278,7 +278,7 @@ fn a_cross_check_against_another_ledger_than_the_receipts_says_which_one_counted
 }
 
 /// SIGTERM/SIGINT were blocked in every subcommand (only `run` reads them,
-/// from a signalfd), so a long `verify` could not be interrupted (issue 18).
+/// from a signalfd), so a long `verify` could not be interrupted.
 #[test]
 fn a_verify_waiting_on_its_input_ends_at_sigterm() {
     require_tool!("a_verify_waiting_on_its_input_ends_at_sigterm", "bash");

@@ -1,5 +1,5 @@
 //! Portable binding, re-approval that supersedes, the lease's profile, and a
-//! local ledger the lease names (issue 12).
+//! local ledger the lease names.
 
 use std::path::Path;
 use std::process::Command;
@@ -225,7 +225,7 @@ fn a_local_ledger_the_lease_names_counts_uses_across_state_dirs_and_keeps_revoca
 
 /// The receipt's `workspace_git` was read after the child ran, so the child
 /// chose the commit a verified receipt attests; and a `.git/HEAD` it left as
-/// a FIFO hung the next runner (issue 18, findings 4 and 5).
+/// a FIFO hung the next runner.
 #[test]
 fn the_child_neither_chooses_the_attested_commit_nor_hangs_the_next_run_through_dot_git() {
     let e = Env::new();
@@ -279,7 +279,7 @@ fn the_child_neither_chooses_the_attested_commit_nor_hangs_the_next_run_through_
 
 /// A superseded lease ran again from an old copy of the manifest, in the
 /// very state dir that ran its replacement: the supersession lived only in
-/// the manifest (issue 18, finding 6). Now the replacement's first run
+/// the manifest. Now the replacement's first run
 /// records it where uses are counted, as a revocation is.
 #[test]
 fn an_old_manifest_copy_cannot_bring_back_a_superseded_lease() {

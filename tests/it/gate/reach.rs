@@ -1,5 +1,5 @@
-//! The child's reach, computed and stated (CONTRACT §7, last paragraph;
-//! issue 18 findings 1 and 3): a daemon socket that acts for whoever
+//! The child's reach, computed and stated (CONTRACT §7, last paragraph):
+//! a daemon socket that acts for whoever
 //! connects (Docker's, against the machine's real engine) is either out of
 //! the child's reach by a named mechanism, or the receipt says the key was
 //! in reach and the cleanup evadable, naming the socket, and `verify`

@@ -426,7 +426,7 @@ fn hold_goal_lock(e: &Env) -> nix::fcntl::Flock<std::fs::File> {
 }
 
 /// A runner stalled inside the Goal's lock window blocked every other run
-/// of the Goal, and the waiting runs ignored SIGTERM (issue 18, finding 7).
+/// of the Goal, and the waiting runs ignored SIGTERM.
 /// The wait is bounded (journal_unavailable, zero spawn) and cancellable
 /// (cancelled_before_spawn, nothing spent).
 #[test]

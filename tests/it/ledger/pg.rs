@@ -1,4 +1,4 @@
-//! The PostgreSQL ledger against a real server (issue 12). scripts/test.sh
+//! The PostgreSQL ledger against a real server. scripts/test.sh
 //! starts a throwaway cluster (scripts/pg-test-cluster.sh) and exports its
 //! connection environment; without it these tests SKIP loudly.
 

@@ -1,4 +1,4 @@
-//! The container conditions of issue 11, simulated without Docker so the
+//! A container's usual conditions, simulated without Docker so the
 //! logic is covered wherever the tests run: a seccomp filter that answers
 //! clone3 with ENOSYS and unshare with EPERM (Docker's default profile,
 //! tests/sim/seccomp-exec.py), a read-only cgroupfs in a private mount

@@ -1,4 +1,4 @@
-//! Against a real Docker engine (CONTRACT §7, §6.8; issue 11): Docker's
+//! Against a real Docker engine (CONTRACT §7, §6.8): Docker's
 //! default seccomp profile (clone3 → ENOSYS), capabilities (no
 //! CAP_SYS_ADMIN) and cgroup mounts (read-only), `--pids-limit`, `docker
 //! stop`, governed-exec as PID 1, `--user 1000`.
@@ -678,7 +678,7 @@ fn host_toolchain() -> Option<(PathBuf, PathBuf)> {
         .then(|| (rustup.parent().unwrap().to_path_buf(), home))
 }
 
-/// Issue 20 §4: the shipped GitLab flow, exactly as ci/gitlab-ci.yml says,
+/// The shipped GitLab flow, exactly as ci/gitlab-ci.yml says,
 /// in a container of a FROM-scratch image under Docker's defaults (no
 /// CAP_SYS_ADMIN, clone3 filtered, read-only cgroupfs), the job as root in
 /// the container, the lease's `as_user 1000` and write scope on the child,

@@ -1,4 +1,4 @@
-//! Issue 10: leases that survive releases, honest outcome classes, a journal
+//! Leases that survive releases, honest outcome classes, a journal
 //! that proves itself, signals forwarded as received, clear bad-input errors.
 
 use std::path::{Path, PathBuf};

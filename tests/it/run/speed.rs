@@ -1,4 +1,4 @@
-//! What the hot-path savings of issue 13 must not change: the child's signal
+//! What the hot-path savings must not change: the child's signal
 //! state, the one receipt (signed once), where the private HOME/TMPDIR live,
 //! and that crashed runners' cgroups are still swept.
 

@@ -288,7 +288,7 @@ fn launch(
     let body = &admitted.lease.body;
     // The sealed copy is executable by anyone; the file it copies may not
     // be. A child switched to another uid runs only what that uid could
-    // run itself (issue 18, finding 11).
+    // run itself.
     if let Some(c) = prepared.creds {
         child_may_execute(&admitted.exe, c.uid, c.gid)?;
     }
