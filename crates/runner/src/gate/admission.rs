@@ -79,7 +79,22 @@ struct Opened {
     exe: OpenedExecutable,
 }
 
-type Staged<T> = Result<T, (usize, Refusal)>;
+/// How far a candidate lease got through admission's checks, in their
+/// order: of several exact matches, the refusal that got furthest is the
+/// one reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    Signature,
+    Revocation,
+    Goal,
+    Window,
+    Uses,
+    Workspace,
+    Cwd,
+    Executable,
+}
+
+type Staged<T> = Result<T, (Stage, Refusal)>;
 
 /// The exact-match candidates of a request, each with its identity opened
 /// and hashed (when its signature, goal and validity window allow it to be
@@ -387,7 +402,7 @@ pub fn admit(ctx: &Context<'_>, prepared: Prepared<'_>) -> Result<Admitted, Refu
         ));
     }
     // Try every exact match; report the refusal that got furthest.
-    let mut best: Option<(usize, Refusal)> = None;
+    let mut best: Option<(Stage, Refusal)> = None;
     for (lease, opened) in prepared.candidates {
         match check(ctx, lease, opened) {
             Ok(admitted) => return Ok(admitted),
@@ -406,13 +421,13 @@ pub fn admit(ctx: &Context<'_>, prepared: Prepared<'_>) -> Result<Admitted, Refu
 fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> Staged<Admitted> {
     let body = &lease.body;
     let id = &body.lease_id;
-    let refuse = |stage: usize, reason: Reason, msg: String| {
+    let refuse = |stage: Stage, reason: Reason, msg: String| {
         Err((stage, Refusal::for_lease(reason, msg, lease)))
     };
 
     if !lease::signature_valid(lease, ctx.trust) {
         return refuse(
-            0,
+            Stage::Signature,
             Reason::LeaseSignatureInvalid,
             signature_failure(lease, ctx.trust),
         );
@@ -422,7 +437,7 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
     // an older copy of the manifest that does not know it.
     if let Some(by) = superseded_by(ctx.manifest, id) {
         return refuse(
-            1,
+            Stage::Revocation,
             Reason::LeaseRevoked,
             format!("lease {id} was superseded by lease {by}, approved later for the same request"),
         );
@@ -431,14 +446,14 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
         || ctx.ledger.summary().revoked.contains(id)
     {
         return refuse(
-            1,
+            Stage::Revocation,
             Reason::LeaseRevoked,
             format!("lease {id} was revoked, or superseded by a lease that has run in this ledger"),
         );
     }
     let want = ctx.goal.reference();
     if body.goal != want {
-        return refuse(2, Reason::GoalMismatch, format!(
+        return refuse(Stage::Goal, Reason::GoalMismatch, format!(
             "lease {id} binds goal {:?} revision {} (sha256 {}), but the goal given is {:?} revision {} (sha256 {})",
             body.goal.id, body.goal.revision, body.goal.sha256, want.id, want.revision, want.sha256
         ));
@@ -447,21 +462,21 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
     let (Some(issued), Some(expires)) = (parse_time(&body.issued_at), parse_time(&body.expires_at))
     else {
         return refuse(
-            0,
+            Stage::Signature,
             Reason::LeaseSignatureInvalid,
             format!("lease {id}: unreadable validity times"),
         );
     };
     if ctx.now < issued {
         return refuse(
-            3,
+            Stage::Window,
             Reason::LeaseNotYetValid,
             format!("lease {id} is valid only from {}", body.issued_at),
         );
     }
     if ctx.now >= expires {
         return refuse(
-            3,
+            Stage::Window,
             Reason::LeaseExpired,
             format!("lease {id} expired at {}", body.expires_at),
         );
@@ -469,7 +484,7 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
     let spent = ctx.ledger.summary().uses.get(id).copied().unwrap_or(0);
     if spent >= body.max_uses {
         return refuse(
-            4,
+            Stage::Uses,
             Reason::LeaseExhausted,
             format!("lease {id} has spent all {} of its uses", body.max_uses),
         );
@@ -479,7 +494,7 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
     let Some(opened) = opened else {
         // `prepare` skips only leases that an earlier check refuses.
         return refuse(
-            0,
+            Stage::Signature,
             Reason::LeaseSignatureInvalid,
             format!("lease {id}: not admissible"),
         );
@@ -502,12 +517,12 @@ fn check(ctx: &Context<'_>, lease: &Lease, opened: Option<Staged<Opened>>) -> St
 /// the lease binds; the executable copied into its sealed snapshot.
 fn open_identity(lease: &Lease, place: RunPlace<'_>) -> Staged<Opened> {
     let body = &lease.body;
-    let refuse = |stage: usize, reason: Reason, msg: String| {
+    let refuse = |stage: Stage, reason: Reason, msg: String| {
         Err((stage, Refusal::for_lease(reason, msg, lease)))
     };
     if (body.binding == Binding::Portable) != body.portable.is_some() {
         return refuse(
-            0,
+            Stage::Signature,
             Reason::LeaseSignatureInvalid,
             format!(
                 "lease {}: binding {} does not match its portable identity",
@@ -523,7 +538,7 @@ fn open_identity(lease: &Lease, place: RunPlace<'_>) -> Staged<Opened> {
         .filter(|w| *w != Path::new(&body.workspace.path))
     {
         return refuse(
-            5,
+            Stage::Workspace,
             Reason::WorkspaceDrift,
             format!(
                 "lease {} is bound to workspace {} on this machine, but run was given {}",
@@ -535,25 +550,25 @@ fn open_identity(lease: &Lease, place: RunPlace<'_>) -> Staged<Opened> {
     }
     let workspace = identity::open_dir(Path::new(&body.workspace.path)).map_err(|e| {
         (
-            5,
+            Stage::Workspace,
             Refusal::for_lease(Reason::WorkspaceDrift, format!("workspace: {e}"), lease),
         )
     })?;
     if let Some(d) = identity::dir_difference("workspace", &body.workspace, &workspace.identity) {
-        return refuse(5, Reason::WorkspaceDrift, d);
+        return refuse(Stage::Workspace, Reason::WorkspaceDrift, d);
     }
     let cwd = identity::open_dir(Path::new(&body.cwd.path)).map_err(|e| {
         (
-            6,
+            Stage::Cwd,
             Refusal::for_lease(Reason::CwdDrift, format!("cwd: {e}"), lease),
         )
     })?;
     if let Some(d) = identity::dir_difference("cwd", &body.cwd, &cwd.identity) {
-        return refuse(6, Reason::CwdDrift, d);
+        return refuse(Stage::Cwd, Reason::CwdDrift, d);
     }
     let exe = open_exe(lease, Path::new(&body.cwd.path))?;
     if let Some(d) = identity::executable_difference(&body.executable, &exe.identity) {
-        return refuse(7, Reason::ExecutableDrift, d);
+        return refuse(Stage::Executable, Reason::ExecutableDrift, d);
     }
     Ok(Opened {
         workspace,
@@ -581,7 +596,10 @@ fn open_exe(lease: &Lease, cwd: &Path) -> Staged<OpenedExecutable> {
             identity::IdentityError::Snapshot { .. } => Reason::ExecFailed,
             _ => Reason::ExecutableDrift,
         };
-        (7, Refusal::for_lease(reason, e.to_string(), lease))
+        (
+            Stage::Executable,
+            Refusal::for_lease(reason, e.to_string(), lease),
+        )
     })
 }
 
@@ -595,16 +613,21 @@ fn portable_identity(
 ) -> Staged<Opened> {
     let body = &lease.body;
     let fail =
-        |stage: usize, reason: Reason, msg: String| (stage, Refusal::for_lease(reason, msg, lease));
+        |stage: Stage, reason: Reason, msg: String| (stage, Refusal::for_lease(reason, msg, lease));
     let ws = place.workspace.unwrap_or(place.here);
-    let workspace = identity::open_dir(ws)
-        .map_err(|e| fail(5, Reason::WorkspaceDrift, format!("workspace: {e}")))?;
+    let workspace = identity::open_dir(ws).map_err(|e| {
+        fail(
+            Stage::Workspace,
+            Reason::WorkspaceDrift,
+            format!("workspace: {e}"),
+        )
+    })?;
     let cwd_path = identity::resolve_cwd(ws, &body.request.cwd)
-        .map_err(|e| fail(6, Reason::CwdDrift, e.to_string()))?;
+        .map_err(|e| fail(Stage::Cwd, Reason::CwdDrift, e.to_string()))?;
     let cwd = identity::open_dir(&cwd_path)
-        .map_err(|e| fail(6, Reason::CwdDrift, format!("cwd: {e}")))?;
+        .map_err(|e| fail(Stage::Cwd, Reason::CwdDrift, format!("cwd: {e}")))?;
     let cwd_seen = identity::dir_fd_inside(&cwd.file, ws)
-        .map_err(|e| fail(6, Reason::CwdDrift, e.to_string()))?;
+        .map_err(|e| fail(Stage::Cwd, Reason::CwdDrift, e.to_string()))?;
     // Only inode, device and timestamps leave a portable identity: the
     // cwd's canonical place in the workspace stays in it, so an in-workspace
     // symlink cannot move the command into another directory.
@@ -613,7 +636,7 @@ fn portable_identity(
         .ok();
     if cwd_seen.strip_prefix(ws).ok() != approved {
         return Err(fail(
-            6,
+            Stage::Cwd,
             Reason::CwdDrift,
             format!(
                 "cwd {:?} resolves to {}, but the lease approved {} of its workspace",
@@ -637,7 +660,7 @@ fn portable_identity(
     .find(|(_, same)| !same);
     if let Some((field, _)) = differs {
         return Err(fail(
-            7,
+            Stage::Executable,
             Reason::ExecutableDrift,
             format!(
                 "executable {} (portable: {}) differs from the lease: {field} differs",
@@ -687,7 +710,7 @@ mod tests {
     }
 
     /// A lease valid from T0 to T0+60s whose workspace does not exist: once
-    /// every earlier check passes, it stops at the workspace (stage 5).
+    /// every earlier check passes, it stops at the workspace (`Stage::Workspace`).
     fn lease(id: &str, key: &SigningKey, issued: u64, expires: u64) -> Lease {
         let dir = DirIdentity {
             path: "/nonexistent/governed-exec-admission-test".into(),
