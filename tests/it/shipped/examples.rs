@@ -153,6 +153,46 @@ fn eval_harness_mints_a_lease_per_task_and_reads_one_document_per_request() {
 }
 
 #[test]
+fn the_eval_harness_over_mcp_reads_each_call_as_the_model_would() {
+    let Ok(python) = which("python3") else {
+        skip!("eval harness over MCP: no python3 on PATH");
+        return;
+    };
+    let o = Command::new(python)
+        .arg(example("eval-harness/mcp_harness.py"))
+        .args(["--governed-exec", BIN])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let (done, refused, failed) = (&lines[0], &lines[1], &lines[2]);
+    assert_eq!(
+        (done["is_error"].as_bool(), done["verdict"].as_str()),
+        (Some(false), Some("VERIFIED_DONE"))
+    );
+    assert_eq!(refused["is_error"], true);
+    assert_eq!(refused["reason"], "no_matching_lease");
+    assert!(refused["pending_id"].as_str().unwrap().starts_with("pend-"));
+    assert_eq!(
+        (failed["is_error"].as_bool(), failed["exit_code"].as_i64()),
+        (Some(true), Some(3))
+    );
+    assert_eq!(failed["verdict"], "NOT_VERIFIED");
+    for l in &lines {
+        assert!(!Path::new(l["tmp"].as_str().unwrap()).exists());
+    }
+}
+
+#[test]
 fn container_entrypoint_makes_governed_exec_pid_of_the_step() {
     let e = Env::new();
     let quick = ["sh", "-c", "echo hi"];
