@@ -1379,9 +1379,16 @@ pub struct ReceiptBody {
     pub cleanup: Cleanup,
     pub streams: Streams,
     pub products: Vec<Product>,
+    /// The run's own span: from the spawn to the moment every process of
+    /// it was confirmed gone (for a run refused before spawn, the refusal).
     pub started_at: String,
     pub ended_at: String,
     pub duration_ms: u64,
+    /// When the runner itself finished: after the run's processes ended,
+    /// the egress proxy was stopped and the receipt was signed. Absent in
+    /// receipts written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
     pub resources: Resources,
     pub limits: Option<Limits>,
     pub isolation: Option<IsolationReport>,

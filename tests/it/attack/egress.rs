@@ -397,3 +397,266 @@ fn a_fifo_or_device_at_etc_hosts_or_resolv_conf_is_a_refusal_naming_it_not_a_han
         );
     }
 }
+
+/// Three addresses of `slow.test` in TEST-NET-1, routed through the
+/// upstream's namespace, which does not forward: every SYN to them is
+/// dropped without an answer, so a dial waits for its timeout. The route
+/// exists only in the lab's runner namespace (where the proxy dials from);
+/// nothing leaves the lab's two namespaces.
+const SLOW_HOSTS: &str =
+    "127.0.0.1 localhost\n192.0.2.10 slow.test\n192.0.2.11 slow.test\n192.0.2.12 slow.test\n";
+
+impl NetLab {
+    /// Route TEST-NET-1 into the upstream's namespace, where it is dropped.
+    fn blackhole_test_net(&self) {
+        let (r, s) = (&self.ns_runner, &self.ns_server);
+        let ok = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "set -e; ip netns exec {s} sysctl -qw net.ipv4.ip_forward=0; \
+                     ip -n {r} route add 192.0.2.0/24 via 10.23.0.2"
+                ),
+            ])
+            .status()
+            .is_ok_and(|st| st.success());
+        assert!(ok, "cannot route TEST-NET-1 into the lab");
+    }
+
+    /// Start `command` under its lease in the runner namespace, with
+    /// `hosts` bind-mounted on /etc/hosts in a private mount namespace of
+    /// the test's; the returned process is the runner itself (nsenter,
+    /// unshare and sh exec into it).
+    fn spawn_with_hosts(
+        &self,
+        e: &Env,
+        flags: &[&str],
+        command: &[&str],
+        hosts: &str,
+    ) -> std::process::Child {
+        use std::process::{Command, Stdio};
+        let file = self.dir.path().join("hosts");
+        std::fs::write(&file, hosts).unwrap();
+        let inner = e.run_cmd(flags, command);
+        let mut w = Command::new("nsenter");
+        w.arg(format!("--net=/run/netns/{}", self.ns_runner))
+            .args(["--", "unshare", "-m", "--propagation", "private", "--"])
+            .args(["sh", "-c", "mount --bind \"$0\" /etc/hosts && exec \"$@\""])
+            .arg(&file)
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in inner.get_envs() {
+            if let Some(v) = v {
+                w.env(k, v);
+            }
+        }
+        w.spawn().expect("spawn governed-exec")
+    }
+}
+
+/// Wait for `child` at most `limit`; how long it took and its run, or a
+/// panic naming `what` after killing it.
+fn wait_bounded(
+    mut child: std::process::Child,
+    since: std::time::Instant,
+    limit: std::time::Duration,
+    what: &str,
+) -> (std::time::Duration, Run) {
+    use std::io::Read;
+    // Drain the pipes while waiting: a receipt larger than a pipe buffer
+    // must not stall the runner.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let o = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = out.read_to_end(&mut b);
+        b
+    });
+    let e = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = err.read_to_end(&mut b);
+        b
+    });
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            let took = since.elapsed();
+            let output = std::process::Output {
+                status,
+                stdout: o.join().unwrap(),
+                stderr: e.join().unwrap(),
+            };
+            return (took, finish_run(output));
+        }
+        if since.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{what}: the runner was still alive {:?} later (killed; {})",
+                since.elapsed(),
+                String::from_utf8_lossy(&e.join().unwrap())
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The connection to `slow.test` in the receipt: recorded, and cut.
+fn assert_cut_at_run_end(r: &Run) {
+    let conns = &r.predicate()["network"]["connections"];
+    let slow: Vec<&serde_json::Value> = conns
+        .as_array()
+        .map(|c| c.iter().filter(|c| c["host"] == "slow.test").collect())
+        .unwrap_or_default();
+    assert_eq!(slow.len(), 1, "{conns}");
+    assert_eq!(
+        slow[0]["reason"], "run_ended",
+        "the dial still in flight when the run ended is not recorded as cut: {conns}"
+    );
+    assert_eq!(slow[0]["decision"], "allowed", "{conns}");
+    assert_eq!(
+        r.predicate()["network"]["unused"],
+        serde_json::json!([]),
+        "{}",
+        r.predicate()["network"]
+    );
+}
+
+/// §6.8 and §8: once the run's processes are gone, the receipt and result
+/// record follow within a small bound. A CONNECT to an allowed name whose
+/// addresses all drop SYNs holds a proxy worker in its dials (10 s each);
+/// the runner used to join that worker before sealing, so a SIGTERM with a
+/// 2 s cancel grace left the runner alive for the whole dial chain, and the
+/// caller's SIGKILL then left no receipt at all.
+#[test]
+fn a_dial_to_addresses_that_drop_syns_does_not_hold_the_runner_after_sigterm() {
+    use std::time::{Duration, Instant};
+    let Some(lab) =
+        NetLab::new("a_dial_to_addresses_that_drop_syns_does_not_hold_the_runner_after_sigterm")
+    else {
+        return;
+    };
+    lab.blackhole_test_net();
+    let e = Env::new();
+    let cmd = [
+        "curl",
+        "-sS",
+        "--connect-timeout",
+        "120",
+        "https://slow.test/",
+    ];
+    e.approve(&["--allow-net", "slow.test:443"], &cmd);
+    let child = lab.spawn_with_hosts(&e, &[], &cmd, SLOW_HOSTS);
+    // Long enough for setup, curl's CONNECT and the first dial to begin.
+    std::thread::sleep(Duration::from_secs(3));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let termed = Instant::now();
+    let (took, r) = wait_bounded(child, termed, Duration::from_secs(60), "after SIGTERM");
+    eprintln!("runner ended {took:?} after SIGTERM");
+    assert_eq!(r.class(), "cancelled_reaped", "{}", r.stderr);
+    // Cancel grace (2 s by default) and a small fixed bound.
+    assert!(
+        took < Duration::from_secs(2 + 3),
+        "the runner ended {took:?} after SIGTERM (cancel grace 2 s): a proxy dial held it"
+    );
+    assert_cut_at_run_end(&r);
+}
+
+/// A short wall-time lease: the runner ends within wall time, kill grace
+/// and a small bound, whatever the proxy is dialling; the receipt says when
+/// the run's processes ended and, apart, when the runner finished.
+#[test]
+fn a_dial_to_addresses_that_drop_syns_does_not_outlast_a_short_wall_time() {
+    use std::time::{Duration, Instant};
+    let Some(lab) =
+        NetLab::new("a_dial_to_addresses_that_drop_syns_does_not_outlast_a_short_wall_time")
+    else {
+        return;
+    };
+    lab.blackhole_test_net();
+    let e = Env::new();
+    let cmd = [
+        "curl",
+        "-sS",
+        "--connect-timeout",
+        "120",
+        "https://slow.test/",
+    ];
+    e.approve(
+        &[
+            "--allow-net",
+            "slow.test:443",
+            "--wall-time",
+            "2s",
+            "--kill-grace",
+            "1s",
+        ],
+        &cmd,
+    );
+    let started = Instant::now();
+    let child = lab.spawn_with_hosts(&e, &[], &cmd, SLOW_HOSTS);
+    let (took, r) = wait_bounded(child, started, Duration::from_secs(90), "after wall time");
+    eprintln!("runner of a 2 s wall-time lease ended {took:?} after its start");
+    assert_eq!(r.class(), "timed_out_reaped", "{}", r.stderr);
+    assert!(
+        took < Duration::from_secs(2 + 1 + 3),
+        "the runner of a 2 s wall-time lease ended after {took:?}: a proxy dial held it"
+    );
+    assert_cut_at_run_end(&r);
+    let p = r.predicate();
+    let ended = humantime::parse_rfc3339(p["ended_at"].as_str().unwrap()).unwrap();
+    let finished = humantime::parse_rfc3339(
+        p["finished_at"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no finished_at: {p}")),
+    )
+    .unwrap();
+    assert!(finished >= ended, "{p}");
+    assert!(
+        finished.duration_since(ended).unwrap() < Duration::from_secs(3),
+        "{p}"
+    );
+}
+
+/// §8: one dial budget per connection, not per address. A name with three
+/// addresses that all drop SYNs used to be dialled 10 s per address (30 s,
+/// and a name the child's own DNS answers can carry a hundred addresses);
+/// the whole connection now gets one 10 s budget and the child its 502.
+#[test]
+fn a_name_with_many_silent_addresses_gets_one_dial_budget_not_one_per_address() {
+    use std::time::{Duration, Instant};
+    let Some(lab) =
+        NetLab::new("a_name_with_many_silent_addresses_gets_one_dial_budget_not_one_per_address")
+    else {
+        return;
+    };
+    lab.blackhole_test_net();
+    let e = Env::new();
+    let cmd = [
+        "curl",
+        "-sS",
+        "--connect-timeout",
+        "120",
+        "https://slow.test/",
+    ];
+    e.approve(&["--allow-net", "slow.test:443"], &cmd);
+    let started = Instant::now();
+    let child = lab.spawn_with_hosts(&e, &[], &cmd, SLOW_HOSTS);
+    let (took, r) = wait_bounded(child, started, Duration::from_secs(90), "a failing dial");
+    eprintln!("runner of a run whose one dial failed ended {took:?} after its start");
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    let conns = &r.predicate()["network"]["connections"];
+    assert_eq!(conns[0]["reason"], "connect_failed", "{conns}");
+    let ms = conns[0]["duration_ms"].as_u64().unwrap_or(u64::MAX);
+    assert!(
+        (9_000..13_000).contains(&ms),
+        "three silent addresses took {ms} ms to give up on: {conns}"
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}

@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -56,7 +56,17 @@ pub(crate) const MAX_ACTIVE: usize = 64;
 pub(crate) const MAX_RECORDED: usize = 256;
 const HEAD_MAX: usize = 16 * 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
-const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// All the dialling one connection may do, however many addresses its name
+/// has (a name the child's DNS answers can carry a hundred).
+const DIAL_BUDGET: Duration = Duration::from_secs(10);
+/// The most one address may take of it, so later ones still get a turn.
+const DIAL_ATTEMPT: Duration = Duration::from_secs(4);
+/// How long [`Proxy::finish`] waits for the workers once their sockets are
+/// cut and their waits woken: each ends at once then, so this only bounds
+/// one that does not; its connection is recorded as cut all the same.
+const JOIN_BOUND: Duration = Duration::from_secs(1);
+/// The reason of a connection the end of the run cut before it was relayed.
+const RUN_ENDED: &str = "run_ended";
 const COPY_BUF: usize = 128 * 1024;
 
 /// One `--allow-net` entry, in canonical form.
@@ -202,6 +212,12 @@ struct Log {
     connections: Vec<(u64, Connection)>,
     omitted: u64,
     used: Vec<bool>,
+    /// Allowed connections being resolved or dialled: what each is
+    /// recorded as if the run ends before its worker records it.
+    /// Each with the index of its allowlist entry, marked used if so.
+    inflight: HashMap<u64, (Connection, Instant, usize)>,
+    /// Those `stop` recorded itself: their workers record nothing more.
+    cut: std::collections::HashSet<u64>,
 }
 
 struct Shared {
@@ -215,6 +231,10 @@ struct Shared {
     /// Every open socket of a live connection, to cut it at [`Proxy::finish`].
     open: Mutex<HashMap<u64, Vec<TcpStream>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+    /// Readable once the run is over: every resolution and dial waits on it
+    /// as well, so none outlasts the run's processes.
+    stop_r: OwnedFd,
+    stop_w: OwnedFd,
     next_id: AtomicU64,
     /// `/etc/hosts` and `/etc/resolv.conf` as they were when the proxy
     /// started, before the child existed: a child that may write them (a
@@ -300,6 +320,8 @@ impl Proxy {
             .iter()
             .map(|a| Allow::parse(a))
             .collect::<Result<Vec<_>, _>>()?;
+        let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| ProxyError::Thread(e.into()))?;
         let shared = Arc::new(Shared {
             allow,
             own: Mutex::new(Vec::new()),
@@ -307,11 +329,15 @@ impl Proxy {
                 connections: Vec::new(),
                 omitted: 0,
                 used: vec![false; allowed.len()],
+                inflight: HashMap::new(),
+                cut: std::collections::HashSet::new(),
             }),
             stopping: AtomicBool::new(false),
             active: Mutex::new(0),
             open: Mutex::new(HashMap::new()),
             workers: Mutex::new(Vec::new()),
+            stop_r,
+            stop_w,
             next_id: AtomicU64::new(0),
             hosts: resolver_file(HOSTS, HOSTS_MAX)?,
             resolv: resolver_file(RESOLV_CONF, RESOLV_CONF_MAX)?,
@@ -342,6 +368,8 @@ impl Proxy {
 
     fn stop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
+        // Wake every resolution and dial: each waits on this pipe too.
+        let _ = nix::unistd::write(&self.shared.stop_w, b"x");
         // Wake the acceptor: a connection from this thread, which is in the
         // child's namespace where the listener lives (its poll times out
         // anyway).
@@ -358,9 +386,27 @@ impl Proxy {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
+        // Each worker ends at once now (its sockets cut, its waits woken);
+        // the join is bounded all the same, so nothing a worker does can
+        // hold the receipt. One still running is left to end with the
+        // process; its connection is recorded below.
         let workers = std::mem::take(&mut *lock(&self.shared.workers));
+        let deadline = Instant::now() + JOIN_BOUND;
         for w in workers {
-            let _ = w.join();
+            while !w.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if w.is_finished() {
+                let _ = w.join();
+            }
+        }
+        let mut log = lock(&self.shared.log);
+        let left: Vec<(u64, (Connection, Instant, usize))> = log.inflight.drain().collect();
+        for (id, (mut conn, started, entry)) in left {
+            conn.duration_ms = started.elapsed().as_millis() as u64;
+            log.used[entry] = true;
+            log.cut.insert(id);
+            keep(&mut log, id, conn);
         }
     }
 
@@ -525,9 +571,18 @@ fn record(s: &Shared, seq: u64, mut c: Connection, reason: &str) {
     push(s, seq, c);
 }
 
-/// Keep the attempt if it is among the first [`MAX_RECORDED`] accepted.
+/// Keep the attempt if it is among the first [`MAX_RECORDED`] accepted;
+/// once, whoever records it first (its worker, or `stop` for a worker that
+/// did not end in time).
 fn push(s: &Shared, seq: u64, c: Connection) {
     let mut log = lock(&s.log);
+    log.inflight.remove(&seq);
+    if !log.cut.contains(&seq) {
+        keep(&mut log, seq, c);
+    }
+}
+
+fn keep(log: &mut Log, seq: u64, c: Connection) {
     if seq < MAX_RECORDED as u64 {
         log.connections.push((seq, c));
     } else {
@@ -754,12 +809,30 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
         let body = format!("governed-exec: {target} is not in this lease's network allowlist; the approver can add it with --allow-net {target}\n");
         return deny(client, conn, 403, "Forbidden", body, "not_in_allowlist");
     };
+    // From here until it is relayed or refused, the run's end cuts it and
+    // records it so: an allowed connection, `run_ended`.
+    let cut = |mut conn: Connection| {
+        conn.decision = NetDecision::Allowed;
+        conn.reason = Some(RUN_ENDED.into());
+        conn.duration_ms = started.1.elapsed().as_millis() as u64;
+        lock(&s.log).used[entry] = true;
+        push(s, id, conn);
+    };
+    {
+        let mut pending = conn.clone();
+        pending.decision = NetDecision::Allowed;
+        pending.reason = Some(RUN_ENDED.into());
+        lock(&s.log)
+            .inflight
+            .insert(id, (pending, started.1, entry));
+    }
     // Resolve (or take the literal), then keep what may be dialled.
     let bare = ask.host.trim_start_matches('[').trim_end_matches(']');
     let addrs = match bare.parse::<IpAddr>() {
         Ok(ip) => vec![ip],
-        Err(_) => match resolve::resolve(bare, &s.hosts, &s.resolv) {
+        Err(_) => match resolve::resolve(bare, &s.hosts, &s.resolv, Some(s.stop_r.as_fd())) {
             Ok(a) => a,
+            Err(resolve::ResolveError::Stopped(_)) => return cut(conn),
             Err(e) => {
                 let body = format!("governed-exec: cannot resolve {}: {e}\n", ask.host);
                 return deny(client, conn, 502, "Bad Gateway", body, "resolution_failed");
@@ -776,8 +849,12 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
         let body = format!("governed-exec: {target} resolves to {ip}, a {} the proxy does not dial through a name; the approver can allow that address with --allow-net {lit}\n", why.replace('_', " "));
         return deny(client, conn, 403, "Forbidden", body, why);
     }
-    let (up, ip) = match dial(&dialable, ask.port) {
+    let (up, ip) = match dial(&dialable, ask.port, s.stop_r.as_fd()) {
         Ok(u) => u,
+        Err(DialError::Stopped { ip }) => {
+            conn.address = Some(ip.to_string());
+            return cut(conn);
+        }
         Err(last_err) => {
             conn.decision = NetDecision::Allowed;
             conn.reason = Some("connect_failed".into());
@@ -792,9 +869,15 @@ fn serve(s: &Arc<Shared>, id: u64, client: &mut TcpStream, started: (SystemTime,
             return push(s, id, conn);
         }
     };
-    lock(&s.log).used[entry] = true;
     conn.decision = NetDecision::Allowed;
     conn.address = Some(ip.to_string());
+    {
+        let mut log = lock(&s.log);
+        log.used[entry] = true;
+        if let Some((pending, _, _)) = log.inflight.get_mut(&id) {
+            pending.address = conn.address.clone();
+        }
+    }
     relay_allowed(s, id, client, up, &ask, &rest, &mut conn);
     conn.duration_ms = started.1.elapsed().as_millis() as u64;
     push(s, id, conn);
@@ -845,18 +928,78 @@ enum DialError {
     /// (every address refused) before it dials.
     #[error("no address to dial")]
     NoAddress,
+    /// The connection's whole dial budget went before any address answered.
+    #[error("no address answered within {}s", DIAL_BUDGET.as_secs())]
+    Budget,
+    /// The run ended while `ip` was being dialled.
+    #[error("{ip}: the run ended")]
+    Stopped { ip: IpAddr },
 }
 
-/// Dial each address in turn: the first that answers, or the last error.
-fn dial(addrs: &[IpAddr], port: u16) -> Result<(TcpStream, IpAddr), DialError> {
+/// Dial each address in turn, all of them within one [`DIAL_BUDGET`] and
+/// each within [`DIAL_ATTEMPT`] of it: the first that answers, or the last
+/// error. A dial ends at once when `stop` is readable (the run is over).
+fn dial(
+    addrs: &[IpAddr],
+    port: u16,
+    stop: std::os::fd::BorrowedFd<'_>,
+) -> Result<(TcpStream, IpAddr), DialError> {
+    let deadline = Instant::now() + DIAL_BUDGET;
     let mut last_err = DialError::NoAddress;
     for ip in addrs {
-        match TcpStream::connect_timeout(&SocketAddr::new(*ip, port), DIAL_TIMEOUT) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            if matches!(last_err, DialError::NoAddress) {
+                last_err = DialError::Budget;
+            }
+            break;
+        }
+        let until = Instant::now() + left.min(DIAL_ATTEMPT);
+        match connect_until(SocketAddr::new(*ip, port), until, stop) {
             Ok(u) => return Ok((u, *ip)),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                return Err(DialError::Stopped { ip: *ip })
+            }
             Err(source) => last_err = DialError::Connect { ip: *ip, source },
         }
     }
     Err(last_err)
+}
+
+/// A non-blocking connect waited for until `until` (`TimedOut`) or until
+/// `stop` is readable (`Interrupted`); the stream is blocking again.
+fn connect_until(
+    addr: SocketAddr,
+    until: Instant,
+    stop: std::os::fd::BorrowedFd<'_>,
+) -> std::io::Result<TcpStream> {
+    use nix::sys::socket::{
+        connect, getsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage,
+    };
+    let family = match addr {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    let fd = socket(
+        family,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    match connect(fd.as_raw_fd(), &SockaddrStorage::from(addr)) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::EINPROGRESS) => {
+            resolve::wait_for(fd.as_fd(), PollFlags::POLLOUT, until, Some(stop))?;
+            let err = getsockopt(&fd, sockopt::SocketError)?;
+            if err != 0 {
+                return Err(std::io::Error::from_raw_os_error(err));
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let stream = TcpStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
 }
 
 /// An allowed connection, dialled: the 200 (CONNECT) or the request's head

@@ -13,7 +13,10 @@
 //! Which addresses may then be dialled is [`refusal`]'s decision.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 /// The most one name's resolution may take, however many nameservers and
 /// attempts resolv.conf names: the proxy's workers must end soon after the
@@ -29,6 +32,9 @@ pub enum ResolveError {
     NoAddress(String),
     #[error("no nameserver answered for {name}: {why}")]
     NoAnswer { name: String, why: String },
+    /// The run ended while the name was being resolved.
+    #[error("the run ended while {0} was being resolved")]
+    Stopped(String),
 }
 
 /// The resolver settings read from `/etc/resolv.conf`.
@@ -98,7 +104,14 @@ pub(crate) fn from_hosts(text: &str, name: &str) -> Vec<IpAddr> {
 }
 
 /// Resolve `name` from the texts of `/etc/hosts` and `/etc/resolv.conf`.
-pub fn resolve(name: &str, hosts: &str, resolv: &str) -> Result<Vec<IpAddr>, ResolveError> {
+/// Waiting for a nameserver ends at once when `stop` becomes readable (the
+/// run is over): nothing a resolution waits for can hold the runner.
+pub fn resolve(
+    name: &str,
+    hosts: &str,
+    resolv: &str,
+    stop: Option<BorrowedFd<'_>>,
+) -> Result<Vec<IpAddr>, ResolveError> {
     let listed = from_hosts(hosts, name);
     if !listed.is_empty() {
         return Ok(listed);
@@ -108,8 +121,9 @@ pub fn resolve(name: &str, hosts: &str, resolv: &str) -> Result<Vec<IpAddr>, Res
     let mut out = Vec::new();
     let mut last = None;
     for qtype in [QTYPE_A, QTYPE_AAAA] {
-        match query_all(&conf, name, qtype, deadline) {
+        match query_all(&conf, name, qtype, deadline, stop) {
             Ok(addrs) => out.extend(addrs),
+            Err(e @ ResolveError::Stopped(_)) => return Err(e),
             Err(e) => last = Some(e),
         }
     }
@@ -127,6 +141,7 @@ fn query_all(
     name: &str,
     qtype: u16,
     deadline: Instant,
+    stop: Option<BorrowedFd<'_>>,
 ) -> Result<Vec<IpAddr>, ResolveError> {
     let mut why = String::from("no nameserver");
     for _ in 0..conf.attempts {
@@ -138,12 +153,15 @@ fn query_all(
                     why: format!("{why}; gave up after {}s", BUDGET.as_secs()),
                 });
             }
-            match query(*ns, conf.timeout.min(left), name, qtype) {
+            match query(*ns, conf.timeout.min(left), name, qtype, stop) {
                 Ok(Answer::Addresses(a)) if a.is_empty() => {
                     return Err(ResolveError::NoAddress(name.to_string()))
                 }
                 Ok(Answer::Addresses(a)) => return Ok(a),
                 Ok(Answer::NxDomain) => return Err(ResolveError::NoSuchName(name.to_string())),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    return Err(ResolveError::Stopped(name.to_string()))
+                }
                 Err(e) => why = format!("{ns}: {e}"),
             }
         }
@@ -160,7 +178,14 @@ pub enum Answer {
     NxDomain,
 }
 
-fn query(ns: IpAddr, timeout: Duration, name: &str, qtype: u16) -> std::io::Result<Answer> {
+/// One query to `ns`; `Interrupted` when `stop` became readable first.
+fn query(
+    ns: IpAddr,
+    timeout: Duration,
+    name: &str,
+    qtype: u16,
+    stop: Option<BorrowedFd<'_>>,
+) -> std::io::Result<Answer> {
     let mut id = [0u8; 2];
     getrandom::fill(&mut id).map_err(|e| std::io::Error::other(e.to_string()))?;
     let id = u16::from_be_bytes(id);
@@ -172,11 +197,20 @@ fn query(ns: IpAddr, timeout: Duration, name: &str, qtype: u16) -> std::io::Resu
     };
     let sock = UdpSocket::bind(bind)?;
     sock.connect((ns, 53))?;
-    sock.set_read_timeout(Some(timeout))?;
+    sock.set_nonblocking(true)?;
     sock.send(&packet)?;
+    let deadline = Instant::now() + timeout;
     let mut buf = [0u8; 1500];
     loop {
-        let n = sock.recv(&mut buf)?;
+        let n = match sock.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                wait_readable(sock.as_fd(), deadline, stop)?;
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
         // A stray or forged datagram (wrong id or question) is skipped.
         if let Some(answer) = decode_answer(&buf[..n], id, &packet[12..], qtype) {
             return Ok(answer);
@@ -253,6 +287,56 @@ fn skip_name(msg: &[u8], mut at: usize) -> Option<usize> {
             0 => return Some(at + 1),
             l if l & 0xc0 == 0xc0 => return Some(at + 2),
             l => at += 1 + usize::from(l),
+        }
+    }
+}
+
+/// Wait until `fd` is ready for `POLLIN` before `deadline`: `TimedOut`
+/// after it, `Interrupted` as soon as `stop` is readable.
+fn wait_readable(
+    fd: BorrowedFd<'_>,
+    deadline: Instant,
+    stop: Option<BorrowedFd<'_>>,
+) -> std::io::Result<()> {
+    wait_for(fd, PollFlags::POLLIN, deadline, stop)
+}
+
+/// Wait for `events` on `fd` before `deadline`, or until `stop` (a pipe the
+/// proxy writes to when the run is over) is readable.
+pub(crate) fn wait_for(
+    fd: BorrowedFd<'_>,
+    events: PollFlags,
+    deadline: Instant,
+    stop: Option<BorrowedFd<'_>>,
+) -> std::io::Result<()> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
+        let mut fds = vec![PollFd::new(fd, events)];
+        if let Some(s) = stop {
+            fds.push(PollFd::new(s, PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(0) => continue,
+            Ok(_) => {}
+        }
+        if fds
+            .get(1)
+            .and_then(|f| f.revents())
+            .is_some_and(|r| !r.is_empty())
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "the run ended",
+            ));
+        }
+        if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+            return Ok(());
         }
     }
 }

@@ -121,6 +121,7 @@ impl Draft {
                 .duration_since(self.started)
                 .unwrap_or_default()
                 .as_millis() as u64,
+            finished_at: None,
             resources: Resources::none(),
             limits: None,
             isolation: None,
@@ -137,7 +138,10 @@ impl Draft {
 
     /// Seal (sign) a receipt body: the envelope's bytes as printed, and the
     /// SHA-256 of its payload.
-    pub(super) fn seal(&self, body: ReceiptBody) -> (Vec<u8>, String) {
+    /// `finished_at` is now: the runner's own end, after everything the run
+    /// left to it (the egress proxy, the accounting) is done.
+    pub(super) fn seal(&self, mut body: ReceiptBody) -> (Vec<u8>, String) {
+        body.finished_at = Some(rfc3339(SystemTime::now()));
         let stmt = receipt::statement(body);
         let (envelope, digest) = receipt::seal(&stmt, self.key.as_ref());
         let mut text = serde_json::to_vec_pretty(&envelope).unwrap_or_default();
