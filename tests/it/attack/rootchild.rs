@@ -397,6 +397,50 @@ fn verify_refuses_a_receipt_whose_key_was_in_the_childs_reach_unless_allowed() {
         .starts_with("signing_key_in_child_reach"));
 }
 
+/// A lease that already has `--fs-write-scope`, whose child could still
+/// connect to a daemon socket: each refusal's first fix names that socket
+/// and what would close it, never the flag the lease already has.
+#[test]
+fn verify_names_the_open_daemon_socket_first_when_the_lease_already_has_isolation() {
+    require_root!("verify_names_the_open_daemon_socket_first_when_the_lease_already_has_isolation");
+    let e = Env::new();
+    e.set_goal(LEFTOVER_GOAL);
+    let first = run_unprivileged(&e, &[], &["true"]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let sock = e.path("daemon.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+    std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .expect("chmod");
+    let s = sock.display().to_string();
+    let r = run_unprivileged(&e, &["--fs-write-scope", "--daemon-socket", &s], &["true"]);
+    if r.reason() == "isolation_unavailable" {
+        skip!("verify_names_the_open_daemon_socket_first…: {}", r.stderr);
+        return;
+    }
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(r.predicate()["signing"]["key_out_of_child_reach"], false);
+    let receipt = e.path("r.json");
+    std::fs::write(&receipt, &r.stdout).expect("save receipt");
+    let o = output(e.verify_strict_cmd(&receipt, &e.runner_pub()));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(out.lines().next(), Some("NOT_VERIFIED"), "{out}");
+    for reason in ["signing_key_in_child_reach:", "no_leftover_processes:"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(reason))
+            .unwrap_or_else(|| panic!("no {reason} in {out}"));
+        let first_fix = line.split(';').next().unwrap_or("");
+        assert!(
+            first_fix.contains(&s),
+            "the socket is not named first: {line}"
+        );
+        assert!(
+            !first_fix.contains("--fs-write-scope"),
+            "the first fix is a flag the lease has: {line}"
+        );
+    }
+}
+
 /// `run` as uid 65534 (an unprivileged runner), with `flags` on the lease.
 fn run_unprivileged(e: &Env, flags: &[&str], probe: &[&str]) -> Run {
     e.approve(flags, probe);
