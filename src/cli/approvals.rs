@@ -539,7 +539,132 @@ fn table(resolved: &[Resolved], before: Option<&Manifest>) -> String {
 enum Status<'a> {
     Unchanged(&'a LeaseBody),
     New,
-    Changed(&'a LeaseBody, Vec<(String, String, String)>),
+    Changed(&'a LeaseBody, Vec<Change>),
+}
+
+/// One difference as `--check` shows it: `(field, old, new, widening)`.
+type Change = (String, String, String, bool);
+
+/// How a widening change is marked, in text and markdown alike.
+const WIDENING: &str = " (widening)";
+
+fn flat(b: &LeaseBody) -> BTreeMap<String, serde_json::Value> {
+    let mut out = BTreeMap::new();
+    flatten("", &comparable(b), &mut out);
+    out
+}
+
+/// The lease's TTL as its issue and expiry times say.
+fn lease_ttl(b: &LeaseBody) -> Option<Duration> {
+    let issued = humantime::parse_rfc3339(&b.issued_at).ok()?;
+    let expires = humantime::parse_rfc3339(&b.expires_at).ok()?;
+    expires.duration_since(issued).ok()
+}
+
+/// Whether the difference in `key` between the lease `old` and the entry
+/// resolved now (`new`, approved for `ttl`) grants the child more: an
+/// isolation option dropped, a larger limit, a new network host, the root
+/// uid, more uses or a longer life.
+pub fn widens(key: &str, old: &LeaseBody, new: &LeaseBody, ttl: Duration) -> bool {
+    use serde_json::Value;
+    let (fo, fnew) = (flat(old), flat(new));
+    let null = Value::Null;
+    let o = fo.get(key).unwrap_or(&null);
+    let n = fnew.get(key).unwrap_or(&null);
+    // `b` holds an item `a` does not.
+    let more = |a: &Value, b: &Value| match (a.as_array(), b.as_array()) {
+        (Some(a), Some(b)) => b.iter().any(|x| !a.contains(x)),
+        (None, Some(b)) => !b.is_empty(),
+        _ => false,
+    };
+    let larger = |o: &Value, n: &Value| match (o.as_u64(), n.as_u64()) {
+        (Some(o), Some(n)) => n > o,
+        (Some(_), None) => n.as_str() == Some("unlimited"),
+        _ => false,
+    };
+    let (oi, ni) = (&old.isolation, &new.isolation);
+    match key {
+        "isolation.no_network" | "isolation.pid_namespace" => {
+            *o == Value::Bool(true) && *n != Value::Bool(true)
+        }
+        k if k.starts_with("isolation.as_user") => match (oi.as_user, ni.as_user) {
+            (Some(o), None) => o.uid != 0,
+            (Some(o), Some(n)) => o.uid != 0 && n.uid == 0,
+            _ => false,
+        },
+        "isolation.fs_write" | "isolation.fs_read" => !o.is_null() && (n.is_null() || more(o, n)),
+        "isolation.syscalls" => {
+            n.as_str() == Some("unconfined") || (o.as_str() == Some("default") && n.is_null())
+        }
+        "isolation.allow_net" => {
+            let limited = oi.no_network || !oi.allow_net.is_empty();
+            (limited && more(o, n))
+                || (!oi.allow_net.is_empty() && ni.allow_net.is_empty() && !ni.no_network)
+        }
+        "isolation.daemon_sockets" => more(n, o),
+        k if k.starts_with("limits.") => larger(o, n),
+        "max_uses" => larger(o, n),
+        "ttl" => lease_ttl(old).is_some_and(|d| ttl > d),
+        "binding" => o.is_null() && n.as_str() == Some("portable"),
+        _ => false,
+    }
+}
+
+/// A new entry's whole grant, as `(field, value)`: the child's uid and
+/// every isolation option, the limits that differ from the profile's tier,
+/// the uses, the TTL, the environment and where its uses are counted.
+fn grant(b: &LeaseBody, ttl: Duration) -> Vec<(String, String)> {
+    let f = flat(b);
+    let profile = b.request.profile;
+    let mut tier = BTreeMap::new();
+    flatten(
+        "limits",
+        &serde_json::to_value(governed_model::limits::tier(profile)).unwrap_or_default(),
+        &mut tier,
+    );
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (k, v) in f.iter().filter(|(k, _)| k.starts_with("isolation.")) {
+        let shown = match (k.as_str(), v.is_null()) {
+            ("isolation.as_user", true) => "none (the runner's uid)".to_string(),
+            ("isolation.fs_write", true) => "none (writes not scoped)".to_string(),
+            ("isolation.fs_read", true) => "none (reads everywhere)".to_string(),
+            ("isolation.fs_write", false) => format!(
+                "{} (writes only in the workspace, its private HOME and TMPDIR, and these)",
+                shown_value(k, v)
+            ),
+            _ => shown_value(k, v),
+        };
+        out.push((k.clone(), shown));
+    }
+    for (k, v) in f.iter().filter(|(k, _)| k.starts_with("limits.")) {
+        if tier.get(k) != Some(v) {
+            let of_tier = tier
+                .get(k)
+                .map_or_else(|| "(absent)".to_string(), |t| shown_value(k, t));
+            out.push((
+                k.clone(),
+                format!("{} (tier {profile}: {of_tier})", shown_value(k, v)),
+            ));
+        }
+    }
+    for k in ["max_uses", "binding", "ledger"] {
+        if let Some(v) = f.get(k) {
+            out.push((k.to_string(), shown_value(k, v)));
+        }
+    }
+    out.push((
+        "ttl".to_string(),
+        humantime::format_duration(ttl).to_string(),
+    ));
+    for (k, v) in f.iter().filter(|(k, _)| k.starts_with("env.")) {
+        let shown = if v.as_object().is_some_and(|o| o.is_empty()) {
+            "none".to_string()
+        } else {
+            shown_value(k, v)
+        };
+        out.push((k.clone(), shown));
+    }
+    out
 }
 
 /// The fields in which the lease `old` grants something else than the
@@ -694,7 +819,13 @@ fn check(a: &ApproveCmd, resolved: &[Resolved], shown: &str) -> Result<bool, App
         .map(|r| match lease_for(&manifest, &r.body) {
             None => Status::New,
             Some(old) => {
-                let d = differences(old, &r.body, r.ttl, now);
+                let d: Vec<Change> = differences(old, &r.body, r.ttl, now)
+                    .into_iter()
+                    .map(|(k, o, n)| {
+                        let w = widens(&k, old, &r.body, r.ttl);
+                        (k, o, n, w)
+                    })
+                    .collect();
                 if d.is_empty() {
                     Status::Unchanged(old)
                 } else {
@@ -733,14 +864,20 @@ fn check_text(
                 "unchanged         {}  [{cmd}]  lease {}\n",
                 r.label, old.lease_id
             )),
-            Status::New => t.push_str(&format!("new               {}  [{cmd}]\n", r.label)),
+            Status::New => {
+                t.push_str(&format!("new               {}  [{cmd}]\n", r.label));
+                for (k, v) in grant(&r.body, r.ttl) {
+                    t.push_str(&format!("    {k}: {v}\n"));
+                }
+            }
             Status::Changed(old, diffs) => {
                 t.push_str(&format!(
                     "changed           {}  [{cmd}]  lease {}\n",
                     r.label, old.lease_id
                 ));
-                for (k, o, n) in diffs {
-                    t.push_str(&format!("    {k}: {o} → {n}\n"));
+                for (k, o, n, w) in diffs {
+                    let mark = if *w { WIDENING } else { "" };
+                    t.push_str(&format!("    {k}: {o} → {n}{mark}\n"));
                 }
                 for l in crate::cli::toolchain::update_lines(old, &r.body) {
                     t.push_str(&format!("    toolchain: {l}\n"));
@@ -796,12 +933,26 @@ fn check_markdown(
         let cmd = md(&argv_text(&r.body));
         let (status, lease, what) = match s {
             Status::Unchanged(old) => ("unchanged", md(&old.lease_id), String::new()),
-            Status::New => ("new", String::new(), String::new()),
+            Status::New => {
+                let parts: Vec<String> = grant(&r.body, r.ttl)
+                    .iter()
+                    .map(|(k, v)| format!("{}: {}", md(&escape::ascii(k)), md(v)))
+                    .collect();
+                ("new", String::new(), parts.join("<br>"))
+            }
             Status::Changed(old, diffs) => {
                 // `<br>` is the view's own markup, between escaped pieces.
                 let mut parts: Vec<String> = diffs
                     .iter()
-                    .map(|(k, o, n)| format!("{}: {} → {}", md(&escape::ascii(k)), md(o), md(n)))
+                    .map(|(k, o, n, w)| {
+                        format!(
+                            "{}: {} → {}{}",
+                            md(&escape::ascii(k)),
+                            md(o),
+                            md(n),
+                            if *w { WIDENING } else { "" }
+                        )
+                    })
                     .collect();
                 let tc = crate::cli::toolchain::update_lines(old, &r.body);
                 if !tc.is_empty() {

@@ -16,8 +16,9 @@ use crate::sign;
 use governed_model::goal::{self, LoadedGoal, ResourceBounds};
 use governed_model::record::Event;
 use governed_model::{
-    parse_json, units, CleanupState, Criterion, NetDecision, OutcomeClass, ParseError, ReceiptBody,
-    Statement, DSSE_PAYLOAD_TYPE, PREDICATE_TYPE, RECEIPT_SCHEMA, STATEMENT_TYPE,
+    parse_json, units, CleanupState, Criterion, IsolationReport, NetDecision, OutcomeClass,
+    ParseError, ReachEntry, ReceiptBody, Statement, DSSE_PAYLOAD_TYPE, PREDICATE_TYPE,
+    RECEIPT_SCHEMA, STATEMENT_TYPE,
 };
 
 #[derive(Debug, Serialize)]
@@ -300,13 +301,125 @@ fn judge_authentic(
 fn check_signing(p: &ReceiptBody) -> Option<String> {
     match &p.signing {
         Some(s) if !s.key_out_of_child_reach => Some(format!(
-            "signing_key_in_child_reach: {KEY_FIX}; this run's runner key was within the child's reach ({}); --allow-key-in-reach accepts the receipt anyway, proving nothing against the child",
+            "signing_key_in_child_reach: {}; this run's runner key was within the child's reach ({}); --allow-key-in-reach accepts the receipt anyway, proving nothing against the child",
+            key_fix(p, &s.why),
             s.why
         )),
         None if p.attempt_id.is_some() => Some(format!(
             "signing_key_in_child_reach: {KEY_FIX}; the receipt does not say whether the runner key was out of the child's reach; --allow-key-in-reach accepts it anyway"
         )),
         _ => None,
+    }
+}
+
+/// The channels that put the runner key in the child's reach whatever
+/// the lease's isolation did for the key file itself.
+const KEY_CHANNELS: &[&str] = &["daemon_socket", "ledger_dir", "ledger_credentials"];
+
+/// Whether the lease asked for any isolation option, as the receipt shows it.
+fn isolated(iso: &IsolationReport) -> bool {
+    iso.landlock_abi.is_some()
+        || iso.network_namespace
+        || iso.pid_namespace
+        || iso.mount_namespace
+        || iso.network_mechanism.is_some()
+        || iso.pid_namespace_mechanism.is_some()
+        || (iso.capabilities_dropped && iso.uid != 0)
+}
+
+/// The first fix for a key in reach, from what the receipt says held and
+/// what did not: an open channel first (no flag on the key file closes
+/// it), then the key file's own cause, and the generic flags only when the
+/// lease had no isolation option at all.
+fn key_fix(p: &ReceiptBody, why: &str) -> String {
+    let iso = p.isolation.as_ref();
+    if let Some((iso, r)) = iso.and_then(|i| open_channel(i, KEY_CHANNELS).map(|r| (i, r))) {
+        if !unisolated_root(iso) {
+            return channel_fix(iso, r);
+        }
+    }
+    let Some(iso) = iso.filter(|i| isolated(i)) else {
+        return KEY_FIX.to_string();
+    };
+    if why.contains("hard link") {
+        "remove the runner key's other hard links (only the paths of one mount can be covered), then run again".to_string()
+    } else if why.contains("readable by group or others") {
+        "chmod 600 the runner key (its mode lets the child read it), then run again".to_string()
+    } else if iso.uid == 0 && why.contains("CAP_SYS_ADMIN") {
+        "re-approve with --as-user UID (a non-root uid): governed-exec has no CAP_SYS_ADMIN here to give a uid-0 child a mount namespace that covers the key".to_string()
+    } else if iso.uid == 0 {
+        "re-approve with --as-user UID (a non-root uid): the uid-0 child could not be kept from the key on this machine".to_string()
+    } else {
+        format!("give the runner key to another uid than the child's (uid {}), e.g. run governed-exec as root with --as-user: the lease's isolation could not deny this child the key", iso.uid)
+    }
+}
+
+/// A uid-0 child of a lease without isolation: a root runner, where any
+/// isolation option also covers the daemon sockets and ledger files in the
+/// child's mount namespace, so the flags are the fix that changes the
+/// outcome.
+fn unisolated_root(iso: &IsolationReport) -> bool {
+    iso.uid == 0 && !isolated(iso)
+}
+
+/// The first reachable entry of `channels` in the receipt's reach.
+fn open_channel<'a>(iso: &'a IsolationReport, channels: &[&str]) -> Option<&'a ReachEntry> {
+    iso.reach
+        .iter()
+        .find(|r| r.reachable && channels.contains(&r.channel.as_str()))
+}
+
+/// What would close one reachable channel on this machine, naming it.
+fn channel_fix(iso: &IsolationReport, r: &ReachEntry) -> String {
+    let path = r.path.as_deref().unwrap_or("");
+    // The mode and owner the reach entry read, e.g. `mode 660, owner 0:105`.
+    let modes = r
+        .how
+        .rfind('(')
+        .and_then(|i| r.how[i + 1..].split(')').next())
+        .filter(|m| m.starts_with("mode"))
+        .map(|m| format!(" ({m})"))
+        .unwrap_or_default();
+    let uid = iso.uid;
+    match r.channel.as_str() {
+        "daemon_socket" if iso.mount_namespace => format!(
+            "close daemon socket {path}{modes}: the child's mount namespace covered it with nothing that holds: re-approve with --pid-namespace (a fresh /proc makes the cover hold)"
+        ),
+        "daemon_socket" if uid == 0 => format!(
+            "close daemon socket {path}{modes}: re-approve with --as-user UID (a uid without groups or capabilities, which the socket's modes deny): governed-exec could not cover it here"
+        ),
+        "daemon_socket" => format!(
+            "close daemon socket {path}{modes} to the child's uid {uid}: no lease flag of a non-root runner covers a socket: take uid {uid} out of the socket's group (or change its modes), or run governed-exec as root, where any isolation option covers it in the child's mount namespace"
+        ),
+        "ledger_dir" if !isolated(iso) => format!(
+            "keep the child from ledger directory {path}{modes}: re-approve with --fs-write-scope (the Landlock guard denies it)"
+        ),
+        "ledger_dir" => format!(
+            "make ledger directory {path}{modes} unwritable to the child's uid {uid} (chown or chmod it)"
+        ),
+        "ledger_credentials" if !isolated(iso) => format!(
+            "keep the child from ledger credentials {path}{modes}: re-approve with --fs-write-scope (the Landlock guard denies it)"
+        ),
+        "ledger_credentials" => format!(
+            "make ledger credentials {path}{modes} unreadable to the child's uid {uid} (chmod 600, owned by another uid)"
+        ),
+        other => format!(
+            "close {} {path}{modes} to the child's uid {uid}",
+            other.replace('_', " ")
+        ),
+    }
+}
+
+/// The first fix for an evadable cleanup witness: a reachable daemon
+/// socket (which starts processes outside every witness) before the flags.
+fn cleanup_fix(p: &ReceiptBody) -> String {
+    match p
+        .isolation
+        .as_ref()
+        .and_then(|i| open_channel(i, &["daemon_socket"]).map(|r| (i, r)))
+    {
+        Some((iso, r)) if !unisolated_root(iso) => channel_fix(iso, r),
+        _ => CLEANUP_FIX.to_string(),
     }
 }
 
@@ -473,7 +586,8 @@ fn check_leftovers(p: &ReceiptBody) -> Vec<String> {
     }
     if !failed && p.cleanup.evadable {
         unmet.push(format!(
-            "no_leftover_processes: {CLEANUP_FIX}; this run's cleanup witness ({}) was evadable by the child, so `gone` is not proof: {}",
+            "no_leftover_processes: {}; this run's cleanup witness ({}) was evadable by the child, so `gone` is not proof: {}",
+            cleanup_fix(p),
             if p.cleanup.witness.is_empty() {
                 "unrecorded".to_string()
             } else {

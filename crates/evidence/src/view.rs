@@ -303,7 +303,7 @@ fn isolation_rows(p: &Value, rows: &mut Vec<Row>) {
     for (k, v) in i {
         match (k.as_str(), v) {
             ("boundary" | "os_sandbox" | "kernel_view" | "uid" | "gid", _) => {}
-            ("landlock_writable" | "landlock_readable" | "syscall_policy", _) => {}
+            ("landlock_writable" | "landlock_readable" | "syscall_policy" | "reach", _) => {}
             ("no_new_privs", Value::Bool(true)) => always.push("no_new_privs"),
             ("inherited_fds_closed", Value::Bool(true)) => always.push("fds closed"),
             ("parent_death_signal", Value::Bool(true)) => always.push("parent-death signal"),
@@ -350,6 +350,7 @@ fn isolation_rows(p: &Value, rows: &mut Vec<Row>) {
             }
         ),
     ));
+    reach_rows(i.get("reach"), rows);
     if !always.is_empty() {
         rows.push(row("always on", always.join(", ")));
     }
@@ -369,6 +370,32 @@ fn isolation_rows(p: &Value, rows: &mut Vec<Row>) {
     }
     if let Some(b) = i.get("boundary").and_then(Value::as_str) {
         rows.push(row("boundary", visible(b)));
+    }
+}
+
+/// The child's reach, one row per channel, the reachable ones first (each
+/// group in the receipt's order): `REACHABLE daemon_socket PATH: how` or
+/// `out of reach runner_signals: how`.
+fn reach_rows(reach: Option<&Value>, rows: &mut Vec<Row>) {
+    let Some(entries) = reach.and_then(Value::as_array).filter(|a| !a.is_empty()) else {
+        return;
+    };
+    let open = |e: &Value| e.get("reachable").and_then(Value::as_bool) != Some(false);
+    let ordered = entries
+        .iter()
+        .filter(|e| open(e))
+        .chain(entries.iter().filter(|e| !open(e)));
+    for (n, e) in ordered.enumerate() {
+        let channel = s(e, "channel").map_or_else(|| "?".to_string(), visible);
+        let path = s(e, "path")
+            .map(|p| format!(" {}", visible(p)))
+            .unwrap_or_default();
+        let how = s(e, "how")
+            .map(|h| format!(": {}", visible(h)))
+            .unwrap_or_default();
+        let state = if open(e) { "REACHABLE" } else { "out of reach" };
+        let label = if n == 0 { "reach" } else { "" };
+        rows.push(row(label, format!("{state} {channel}{path}{how}")));
     }
 }
 

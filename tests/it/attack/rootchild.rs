@@ -397,6 +397,148 @@ fn verify_refuses_a_receipt_whose_key_was_in_the_childs_reach_unless_allowed() {
         .starts_with("signing_key_in_child_reach"));
 }
 
+/// A lease that already has `--fs-write-scope`, whose child could still
+/// connect to a daemon socket: each refusal's first fix names that socket
+/// and what would close it, never the flag the lease already has.
+#[test]
+fn verify_names_the_open_daemon_socket_first_when_the_lease_already_has_isolation() {
+    require_root!("verify_names_the_open_daemon_socket_first_when_the_lease_already_has_isolation");
+    let e = Env::new();
+    e.set_goal(LEFTOVER_GOAL);
+    let first = run_unprivileged(&e, &[], &["true"]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let sock = e.path("daemon.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+    std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .expect("chmod");
+    let s = sock.display().to_string();
+    let r = run_unprivileged(&e, &["--fs-write-scope", "--daemon-socket", &s], &["true"]);
+    if r.reason() == "isolation_unavailable" {
+        skip!("verify_names_the_open_daemon_socket_first…: {}", r.stderr);
+        return;
+    }
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    assert_eq!(r.predicate()["signing"]["key_out_of_child_reach"], false);
+    let receipt = e.path("r.json");
+    std::fs::write(&receipt, &r.stdout).expect("save receipt");
+    let o = output(e.verify_strict_cmd(&receipt, &e.runner_pub()));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(out.lines().next(), Some("NOT_VERIFIED"), "{out}");
+    for reason in ["signing_key_in_child_reach:", "no_leftover_processes:"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(reason))
+            .unwrap_or_else(|| panic!("no {reason} in {out}"));
+        let first_fix = line.split(';').next().unwrap_or("");
+        assert!(
+            first_fix.contains(&s),
+            "the socket is not named first: {line}"
+        );
+        assert!(
+            !first_fix.contains("--fs-write-scope"),
+            "the first fix is a flag the lease has: {line}"
+        );
+    }
+}
+
+/// `receipt show --format text` gives each channel of the child's reach
+/// its own line, the reachable ones first, whatever order the receipt
+/// lists them in.
+#[test]
+fn the_text_view_shows_one_line_per_reach_channel_reachable_first() {
+    require_root!("the_text_view_shows_one_line_per_reach_channel_reachable_first");
+    let e = Env::new();
+    let first = run_unprivileged(&e, &[], &["true"]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    // A socket the child's modes deny, named first, then one it may use.
+    let closed = e.path("closed.sock");
+    let open = e.path("open.sock");
+    let _l1 = std::os::unix::net::UnixListener::bind(&closed).expect("bind");
+    let _l2 = std::os::unix::net::UnixListener::bind(&open).expect("bind");
+    let (c, o) = (closed.display().to_string(), open.display().to_string());
+    let flags = [
+        "--fs-write-scope",
+        "--daemon-socket",
+        &c,
+        "--daemon-socket",
+        &o,
+    ];
+    e.approve(&flags, &["true"]);
+    let bin = nobody_copy_of_binary(&e);
+    std::os::unix::fs::chown(&closed, Some(0), Some(0)).expect("chown");
+    std::fs::set_permissions(&closed, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .expect("chmod");
+    let mut cmd = as_nobody(&bin, &e.run_cmd(&[], &["true"]));
+    cmd.env("HOME", e.dir.path());
+    let r = finish_run(output_settled(cmd));
+    if r.reason() == "isolation_unavailable" {
+        skip!(
+            "the_text_view_shows_one_line_per_reach_channel…: {}",
+            r.stderr
+        );
+        return;
+    }
+    assert_eq!(r.class(), "exited", "{}", r.stderr);
+    let reach = r.predicate()["isolation"]["reach"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let pos = |path: &str| reach.iter().position(|x| x["path"] == path);
+    let (pc, po) = (pos(&c).expect("closed entry"), pos(&o).expect("open entry"));
+    assert!(
+        pc < po,
+        "the receipt lists the closed socket first: {reach:?}"
+    );
+    assert_eq!(reach[po]["reachable"], true, "{reach:?}");
+    assert_eq!(reach[pc]["reachable"], false, "{reach:?}");
+    let receipt = e.path("r.json");
+    std::fs::write(&receipt, &r.stdout).expect("save receipt");
+    let o2 = output(cmd_show(&receipt));
+    let view = String::from_utf8_lossy(&o2.stdout).to_string();
+    assert!(o2.status.success(), "{view}");
+    // Each channel starts its own line; reachable ones come first.
+    let starts: Vec<(usize, bool)> = reach
+        .iter()
+        .map(|x| {
+            let name = format!(
+                "{} {}",
+                x["channel"].as_str().unwrap_or(""),
+                x["path"].as_str().unwrap_or("")
+            );
+            let name = name.trim_end().to_string();
+            let state = if x["reachable"] == true {
+                "REACHABLE"
+            } else {
+                "out of reach"
+            };
+            let at = view
+                .lines()
+                .position(|l| l.contains(&format!("{state} {name}")))
+                .unwrap_or_else(|| panic!("no line for {state} {name} in\n{view}"));
+            (at, x["reachable"] == true)
+        })
+        .collect();
+    let mut lines: Vec<usize> = starts.iter().map(|(l, _)| *l).collect();
+    lines.sort_unstable();
+    lines.dedup();
+    assert_eq!(lines.len(), reach.len(), "channels share a line:\n{view}");
+    let last_open = starts.iter().filter(|(_, o)| *o).map(|(l, _)| *l).max();
+    let first_closed = starts.iter().filter(|(_, o)| !*o).map(|(l, _)| *l).min();
+    if let (Some(a), Some(b)) = (last_open, first_closed) {
+        assert!(a < b, "a reachable channel after one out of reach:\n{view}");
+    }
+}
+
+fn cmd_show(receipt: &Path) -> std::process::Command {
+    let mut c = cmd();
+    c.args(["receipt", "show"])
+        .arg(receipt)
+        .args(["--format", "text"]);
+    c
+}
+
 /// `run` as uid 65534 (an unprivileged runner), with `flags` on the lease.
 fn run_unprivileged(e: &Env, flags: &[&str], probe: &[&str]) -> Run {
     e.approve(flags, probe);

@@ -209,8 +209,17 @@ fn check_reports_unchanged_new_changed_and_only_in_manifest() {
             format!("unchanged         \"keep\"  [\"echo\" \"keep\"]  lease {}", ids[0]).as_str(),
             format!("changed           \"tweak\"  [\"echo\" \"tweak\"]  lease {}", ids[1]).as_str(),
             "    env.fixed.MODE: \"a\" → \"b\"",
-            "    limits.memory_bytes: 268435456 (256 MiB) → 536870912 (512 MiB)",
+            "    limits.memory_bytes: 268435456 (256 MiB) → 536870912 (512 MiB) (widening)",
             "new               \"fresh\"  [\"echo\" \"fresh\"]",
+            "    isolation.as_user: none (the runner's uid)",
+            "    isolation.fs_read: none (reads everywhere)",
+            "    isolation.fs_write: none (writes not scoped)",
+            "    isolation.no_network: false",
+            "    isolation.pid_namespace: false",
+            "    max_uses: 1",
+            "    ttl: 1h",
+            "    env.fixed: none",
+            "    env.path: \"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"",
             format!("only in manifest  lease {}  [\"echo\" \"gone\"]  goal \"t\"", ids[2]).as_str(),
             format!(
                 "differ: {} and {} (approve --file to sign the file's state; --prune to revoke what only the manifest holds)",
@@ -229,7 +238,7 @@ fn check_reports_unchanged_new_changed_and_only_in_manifest() {
         md_out.contains("| status | entry | command | lease | what changes |"),
         "{md_out}"
     );
-    assert!(md_out.contains(&format!("| changed | \"tweak\" | \"echo\" \"tweak\" | {} | env.fixed.MODE: \"a\" → \"b\"<br>limits.memory\\_bytes: 268435456 (256 MiB) → 536870912 (512 MiB) |", ids[1])), "{md_out}");
+    assert!(md_out.contains(&format!("| changed | \"tweak\" | \"echo\" \"tweak\" | {} | env.fixed.MODE: \"a\" → \"b\"<br>limits.memory\\_bytes: 268435456 (256 MiB) → 536870912 (512 MiB) (widening) |", ids[1])), "{md_out}");
     assert!(md_out.contains("| new | \"fresh\" |"), "{md_out}");
     assert!(
         md_out.contains(&format!(
@@ -654,4 +663,95 @@ fn allow_net_in_the_file_is_the_flags_lease_field() {
         ]),
         "{lease}"
     );
+}
+
+/// `--check` shows a new entry's whole grant, not only its name and
+/// command, and marks every change that grants more as widening, in text
+/// and in markdown.
+#[test]
+fn check_shows_a_new_entrys_grant_and_marks_widening_changes() {
+    let e = Env::new();
+    let before = write_file(
+        &e,
+        "before.toml",
+        &format!(
+            "{HEAD}\n[[command]]\nname = \"net\"\nrun = [\"echo\", \"net\"]\nno_network = true\nmemory = \"256MiB\"\nuses = 1\n\n[[command]]\nname = \"narrow\"\nrun = [\"echo\", \"narrow\"]\nmemory = \"512MiB\"\n"
+        ),
+    );
+    let o = approve_file(&e, &before, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let after = write_file(
+        &e,
+        "after.toml",
+        &format!(
+            "{HEAD}\n[[command]]\nname = \"net\"\nrun = [\"echo\", \"net\"]\nno_network = false\nmemory = \"512MiB\"\nuses = 3\nttl = \"2h\"\n\n[[command]]\nname = \"narrow\"\nrun = [\"echo\", \"narrow\"]\nmemory = \"256MiB\"\n\n[[command]]\nname = \"fresh\"\nrun = [\"echo\", \"fresh\"]\nfs_write_scope = true\nno_network = true\nmemory = \"1GiB\"\nuses = 4\nenv = {{ MODE = \"b\" }}\n"
+        ),
+    );
+    let c = check(&e, &after, &[]);
+    let out = text(&c.stdout);
+    assert_eq!(c.status.code(), Some(1), "{out}{}", text(&c.stderr));
+    let lines: Vec<&str> = out.lines().collect();
+    let has = |l: &str| lines.contains(&l);
+    for l in [
+        "    isolation.no_network: true → false (widening)",
+        "    limits.memory_bytes: 268435456 (256 MiB) → 536870912 (512 MiB) (widening)",
+        "    max_uses: 1 → 3 (widening)",
+        "    ttl: 1h → 2h (widening)",
+        // A narrower limit is a change, not a widening.
+        "    limits.memory_bytes: 536870912 (512 MiB) → 268435456 (256 MiB)",
+    ] {
+        assert!(has(l), "no line {l:?} in\n{out}");
+    }
+    // The new entry's grant, line by line under it.
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("new ") && l.contains("\"fresh\""))
+        .unwrap_or_else(|| panic!("{out}"));
+    let grant: Vec<&str> = lines[at + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("    "))
+        .copied()
+        .collect();
+    for want in [
+        "    isolation.as_user: none (the runner's uid)",
+        "    isolation.no_network: true",
+        "    isolation.pid_namespace: false",
+        "    isolation.syscalls: \"default\"",
+        "    limits.memory_bytes: 1073741824 (1 GiB) (tier standard: 8589934592 (8 GiB))",
+        "    max_uses: 4",
+        "    ttl: 1h",
+        "    env.fixed.MODE: \"b\"",
+    ] {
+        assert!(grant.contains(&want), "no {want:?} in the grant:\n{out}");
+    }
+    assert!(
+        grant
+            .iter()
+            .any(|l| l.starts_with("    isolation.fs_write: [")),
+        "{out}"
+    );
+    // Limits equal to the tier are the tier's, not repeated.
+    assert!(!grant.iter().any(|l| l.contains("wall_time_ms")), "{out}");
+
+    let md = check(&e, &after, &["--format", "markdown"]);
+    let md_out = text(&md.stdout);
+    let row = |name: &str| {
+        md_out
+            .lines()
+            .find(|l| l.contains(&format!("| \"{name}\" |")))
+            .unwrap_or_else(|| panic!("no row {name} in {md_out}"))
+            .to_string()
+    };
+    let net = row("net");
+    assert!(
+        net.contains("isolation.no\\_network: true → false (widening)"),
+        "{net}"
+    );
+    assert!(net.contains("max\\_uses: 1 → 3 (widening)"), "{net}");
+    assert!(!row("narrow").contains("widening"), "{md_out}");
+    let fresh = row("fresh");
+    assert!(fresh.starts_with("| new |"), "{fresh}");
+    assert!(fresh.contains("isolation.no\\_network: true"), "{fresh}");
+    assert!(fresh.contains("max\\_uses: 4"), "{fresh}");
+    assert!(fresh.contains("env.fixed.MODE: \"b\""), "{fresh}");
 }

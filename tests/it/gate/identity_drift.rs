@@ -112,3 +112,36 @@ fn a_snapshot_this_machine_cannot_make_is_exec_failed_not_drift() {
     let r = e.run(&[], &["true"]);
     assert_eq!((r.code, r.class()), (0, "exited"), "{}", r.stderr);
 }
+
+/// A hard link bumps only the executable's ctime: the refusal shows the
+/// times as dates, says the content hash is the approved one (so a
+/// re-approve is safe) and points at `--portable` for toolchains.
+#[test]
+fn a_metadata_only_change_says_the_content_is_unchanged_with_dates() {
+    let e = Env::new();
+    let marker = marker_script(&e, "tool.sh");
+    e.approve(&[], &["./tool.sh"]);
+    let sha = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(
+            std::fs::read(e.ws.join("tool.sh")).unwrap(),
+        ))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::hard_link(e.ws.join("tool.sh"), e.path("tool-link")).expect("link");
+    let r = e.run(&[], &["./tool.sh"]);
+    r.assert_refused("executable_drift");
+    assert!(!marker.exists());
+    let msg = r.outcome()["message"].as_str().unwrap_or("").to_string();
+    assert!(msg.contains("ctime approved 20"), "no date: {msg}");
+    // RFC 3339, never raw nanoseconds since the epoch.
+    assert!(
+        !msg.split(|c: char| !c.is_ascii_digit())
+            .any(|d| d.len() >= 15),
+        "raw nanoseconds: {msg}"
+    );
+    assert!(msg.contains("content is unchanged"), "{msg}");
+    assert!(msg.contains(&sha[..12]), "{msg}");
+    assert!(msg.contains("re-approving is safe"), "{msg}");
+    assert!(msg.contains("--portable"), "{msg}");
+}

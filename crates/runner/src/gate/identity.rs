@@ -620,22 +620,56 @@ pub(crate) fn executable_difference(
         (
             "mtime",
             want.mtime_ns == got.mtime_ns,
-            want.mtime_ns.to_string(),
-            got.mtime_ns.to_string(),
+            date_ns(want.mtime_ns),
+            date_ns(got.mtime_ns),
         ),
         (
             "ctime",
             want.ctime_ns == got.ctime_ns,
-            want.ctime_ns.to_string(),
-            got.ctime_ns.to_string(),
+            date_ns(want.ctime_ns),
+            date_ns(got.ctime_ns),
         ),
     ];
+    // Only where the file lives and its times moved: the bytes and every
+    // permission bit are the approved ones (a hard link, a touch, a copy
+    // back in place).
+    let metadata_only = want.canonical_path == got.canonical_path
+        && want.symlink_chain == got.symlink_chain
+        && want.sha256 == got.sha256
+        && want.size == got.size
+        && want.mode == got.mode;
     fields.iter().find(|(_, same, _, _)| !same).map(|(name, _, was, now)| {
+        let advice = if metadata_only {
+            format!(
+                "its content is unchanged (sha256 {}, {} bytes, mode {:o}, as approved), only its metadata changed (a hard link, chown or touch changes ctime; a copy in place the inode): re-approving is safe; for a toolchain that is reinstalled or relinked, approve with --portable, which checks path, mode, size and sha256 but no inode or times",
+                short(&want.sha256),
+                want.size,
+                want.mode & 0o7777
+            )
+        } else {
+            "re-approve if the new file is intended".to_string()
+        };
         format!(
-            "executable {} changed since approval: {name} approved {was}, now {now}; re-approve if the new file is intended",
+            "executable {} changed since approval: {name} approved {was}, now {now}; {advice}",
             want.canonical_path
         )
     })
+}
+
+/// A file time in nanoseconds since the epoch as RFC 3339 (UTC).
+fn date_ns(ns: i64) -> String {
+    match u64::try_from(ns) {
+        Ok(n) => humantime::format_rfc3339_nanos(
+            std::time::UNIX_EPOCH + std::time::Duration::from_nanos(n),
+        )
+        .to_string(),
+        Err(_) => format!("{ns} ns before the epoch"),
+    }
+}
+
+/// The first 12 hex digits of a digest, as the views show one.
+fn short(hex: &str) -> &str {
+    hex.get(..12).unwrap_or(hex)
 }
 
 /// Name the first field in which two directory identities differ, with
