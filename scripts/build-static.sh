@@ -18,6 +18,41 @@ for v in $(compgen -e); do
     CARGO_MANIFEST_DIR|CARGO_MANIFEST_PATH|CARGO_PKG_*|CARGO_CRATE_NAME|CARGO_BIN_NAME|CARGO_BIN_EXE_*|CARGO_PRIMARY_PACKAGE|CARGO_TARGET_TMPDIR|CARGO_RUSTC_CURRENT_DIR) unset "$v" ;;
   esac
 done
-RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-  cargo build --release --locked --manifest-path "$repo/Cargo.toml" --target "$target" >&2
-echo "${CARGO_TARGET_DIR:-$repo/target}/$target/release/governed-exec"
+# Reproducible: the same source, Cargo.lock and toolchain give the same
+# bytes whatever the checkout's path, the user's CARGO_HOME, the rustup
+# install or the clock (scripts/check-reproducible.sh builds two clones and
+# compares). Absolute paths reach the binary through panic locations and
+# debug strings: each prefix that differs between machines is rewritten to
+# a fixed one (rustc: when several match, the last one given wins, so the
+# more specific prefixes come after the checkout's, e.g. a CARGO_HOME
+# inside it). The GNU build id is a hash of the output (sha1), not random;
+# no build script reads the clock.
+target_dir=${CARGO_TARGET_DIR:-$repo/target}
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+sysroot=$(rustc --print sysroot)
+# Passed as CARGO_ENCODED_RUSTFLAGS (one flag per field), so a path with a
+# space stays one flag; a caller's RUSTFLAGS or CARGO_ENCODED_RUSTFLAGS
+# comes first, as before.
+flags=()
+if [ -n "${CARGO_ENCODED_RUSTFLAGS:-}" ]; then
+  IFS=$'\x1f' read -r -a flags <<<"$CARGO_ENCODED_RUSTFLAGS"
+elif [ -n "${RUSTFLAGS:-}" ]; then
+  read -r -a flags <<<"$RUSTFLAGS"
+fi
+flags+=(
+  -C target-feature=+crt-static
+  "--remap-path-prefix=$sysroot=/rustc/sysroot"
+  "--remap-path-prefix=$repo=/governed-exec"
+  "--remap-path-prefix=$target_dir=/governed-exec/target"
+  "--remap-path-prefix=$cargo_home=/cargo"
+  -C link-arg=-Wl,--build-id=sha1
+)
+# The C compiler ring's build script runs (through cc) takes __DATE__ and
+# __TIME__ from SOURCE_DATE_EPOCH; a constant, not the commit's time, since
+# cc reruns the build script whenever its value changes.
+export SOURCE_DATE_EPOCH=0
+CARGO_ENCODED_RUSTFLAGS=$(IFS=$'\x1f'; printf '%s' "${flags[*]}")
+export CARGO_ENCODED_RUSTFLAGS
+unset RUSTFLAGS
+cargo build --release --locked --manifest-path "$repo/Cargo.toml" --target "$target" >&2
+echo "$target_dir/$target/release/governed-exec"

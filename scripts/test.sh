@@ -25,6 +25,15 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/governed-exec-test.XXXXXX")
 export GOVERNED_EXEC_TEST_RUN="$run_id"
 export GOVERNED_EXEC_STATE_DIR="$scratch/state"
 export XDG_STATE_HOME="$scratch/xdg-state"
+# The tests' own temporary directories (the fuzz targets' among them) go
+# there too, so a run that is killed leaves nothing in the system's. Like
+# /tmp it is world-writable and sticky, and the scratch dir above it
+# traversable, because tests run children as other uids (65534, 1000)
+# in directories made there.
+sys_tmp=${TMPDIR:-/tmp}
+chmod 0711 "$scratch"
+mkdir -m 1777 "$scratch/tmp"
+export TMPDIR="$scratch/tmp"
 pgdir=""
 cleanup() {
   if [ -n "$pgdir" ]; then bash scripts/pg-test-cluster.sh stop "$pgdir" || true; fi
@@ -47,7 +56,7 @@ if [ -z "${GOVERNED_EXEC_PYTHON:-}" ]; then
   fi
 fi
 if [ -z "${GOVERNED_EXEC_TEST_PG_PORT:-}" ]; then
-  pgdir=$(mktemp -d "${TMPDIR:-/tmp}/governed-exec-pg.XXXXXX")
+  pgdir=$(mktemp -d "$sys_tmp/governed-exec-pg.XXXXXX")
   rmdir "$pgdir"
   if pgenv=$(bash scripts/pg-test-cluster.sh start "$pgdir"); then
     eval "$pgenv"

@@ -66,6 +66,7 @@ mod shipped {
     mod ci_flow;
     mod ci_summary;
     mod examples;
+    mod release;
 }
 mod testing {
     mod fuzz_regressions;
