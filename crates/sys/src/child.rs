@@ -185,23 +185,7 @@ pub(crate) unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         if p.cgroup_procs >= 0 && libc::write(p.cgroup_procs, c"0".as_ptr().cast(), 1) != 1 {
             child_fail(p.err_w, ChildStep::Cgroup);
         }
-        if libc::setsid() < 0 {
-            child_fail(p.err_w, ChildStep::Setsid);
-        }
-        if libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ) < 0
-        {
-            child_fail(p.err_w, ChildStep::DeathSignal);
-        }
-        // Close the race: the parent may have died before PDEATHSIG was set.
-        if libc::getppid() != p.parent {
-            child_fail(p.err_w, ChildStep::ParentGone);
-        }
+        new_session_dying_with(p.parent, p.err_w);
         // Enter the checked cwd *before* a mount namespace is made:
         // unshare(CLONE_NEWNS) moves the cwd onto the new namespace's copy
         // of its mount. An fchdir after it would go back to the runner's
@@ -313,6 +297,34 @@ pub(crate) unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
     }
 }
 
+/// Start a new session, and die with SIGKILL when `parent` does: checked
+/// after the parent-death signal is set, since the parent may have died
+/// before it.
+///
+/// # Safety
+/// Only in a forked child, before exec.
+unsafe fn new_session_dying_with(parent: libc::pid_t, err_w: RawFd) {
+    // SAFETY: setsid, prctl and getppid on integers; async-signal-safe.
+    unsafe {
+        if libc::setsid() < 0 {
+            child_fail(err_w, ChildStep::Setsid);
+        }
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) < 0
+        {
+            child_fail(err_w, ChildStep::DeathSignal);
+        }
+        if libc::getppid() != parent {
+            child_fail(err_w, ChildStep::ParentGone);
+        }
+    }
+}
+
 /// In the namespace's init: fork the program and, in the init, serve it
 /// until the runner ends the init; return only in the program, which is
 /// then a new session of its own under the init, dying with it.
@@ -330,23 +342,8 @@ pub(crate) unsafe fn start_program_under_init(p: &ChildPlan<'_>) {
             init_loop(program, p.init_status_w, p.init_lost);
         }
         program_unblock_signals();
-        if libc::setsid() < 0 {
-            child_fail(p.err_w, ChildStep::Setsid);
-        }
-        if libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        ) < 0
-        {
-            child_fail(p.err_w, ChildStep::DeathSignal);
-        }
-        // The init may have died before PDEATHSIG was set.
-        if libc::getppid() != 1 {
-            child_fail(p.err_w, ChildStep::ParentGone);
-        }
+        // Its parent is the init, PID 1 of the namespace.
+        new_session_dying_with(1, p.err_w);
     }
 }
 
