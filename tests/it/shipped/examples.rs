@@ -112,14 +112,15 @@ fn pytest_in_a_venv() {
     assert!(err.contains("runs in the Python venv"), "{err}");
 }
 
-#[test]
-fn eval_harness_mints_a_lease_per_task_and_reads_one_document_per_request() {
+/// Run an eval-harness example against this build: its JSON lines (three:
+/// one per request of its tasks), or `None` after a SKIP without python3.
+fn eval_harness(script: &str) -> Option<Vec<serde_json::Value>> {
     let Ok(python) = which("python3") else {
-        skip!("eval harness: no python3 on PATH");
-        return;
+        skip!("{script}: no python3 on PATH");
+        return None;
     };
     let o = Command::new(python)
-        .arg(example("eval-harness/harness.py"))
+        .arg(example(script))
         .args(["--governed-exec", BIN])
         .output()
         .unwrap();
@@ -134,6 +135,14 @@ fn eval_harness_mints_a_lease_per_task_and_reads_one_document_per_request() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 3, "{out}");
+    Some(lines)
+}
+
+#[test]
+fn eval_harness_mints_a_lease_per_task_and_reads_one_document_per_request() {
+    let Some(lines) = eval_harness("eval-harness/harness.py") else {
+        return;
+    };
     let (done, refused, failed) = (&lines[0], &lines[1], &lines[2]);
     assert_eq!(
         (done["class"].as_str(), done["verdict"].as_str()),
@@ -154,26 +163,9 @@ fn eval_harness_mints_a_lease_per_task_and_reads_one_document_per_request() {
 
 #[test]
 fn the_eval_harness_over_mcp_reads_each_call_as_the_model_would() {
-    let Ok(python) = which("python3") else {
-        skip!("eval harness over MCP: no python3 on PATH");
+    let Some(lines) = eval_harness("eval-harness/mcp_harness.py") else {
         return;
     };
-    let o = Command::new(python)
-        .arg(example("eval-harness/mcp_harness.py"))
-        .args(["--governed-exec", BIN])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(lines.len(), 3, "{out}");
     let (done, refused, failed) = (&lines[0], &lines[1], &lines[2]);
     assert_eq!(
         (done["is_error"].as_bool(), done["verdict"].as_str()),
