@@ -5,6 +5,17 @@ use serde_json::Value;
 
 use crate::support::*;
 
+fn compact(e: &Env) -> std::process::Output {
+    output(
+        cmd()
+            .arg("compact")
+            .arg("--manifest")
+            .arg(&e.manifest)
+            .arg("--state-dir")
+            .arg(&e.state),
+    )
+}
+
 fn lease_ids(e: &Env) -> Vec<String> {
     let m: Value = serde_json::from_slice(&std::fs::read(&e.manifest).unwrap()).unwrap();
     m["leases"]
@@ -43,14 +54,7 @@ fn compact_moves_out_exactly_the_leases_that_can_never_run_again() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::thread::sleep(std::time::Duration::from_millis(1100));
 
-    let o = output(
-        cmd()
-            .arg("compact")
-            .arg("--manifest")
-            .arg(&e.manifest)
-            .arg("--state-dir")
-            .arg(&e.state),
-    );
+    let o = compact(&e);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut kept = lease_ids(&e);
     kept.sort();
@@ -101,14 +105,7 @@ fn compact_moves_out_exactly_the_leases_that_can_never_run_again() {
     e.run(&[], &["/bin/echo", "used"])
         .assert_refused("lease_exhausted");
     // Compacting again moves it again, and appends.
-    let o = output(
-        cmd()
-            .arg("compact")
-            .arg("--manifest")
-            .arg(&e.manifest)
-            .arg("--state-dir")
-            .arg(&e.state),
-    );
+    let o = compact(&e);
     assert!(o.status.success());
     assert_eq!(
         std::fs::read_to_string(&archive).unwrap().lines().count(),
