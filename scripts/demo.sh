@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start: build governed-exec and run the main job end to end on the
 # shipped example, in a throwaway directory:
-#   keygen → approve → run → verify, printing the receipt and the verdict.
+#   keygen → approve → run → verify, printing the receipt's text view and
+#   the verdict.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 # The binary users install: the static release build (scripts/build-static.sh).
@@ -28,7 +29,9 @@ set +e
 code=$?
 set -e
 echo "run exited $code" >&2
-"$bin" receipt show receipt.json
+# The human view of the signed receipt; `receipt show receipt.json` prints
+# the decoded in-toto statement whole (JSON, for jq).
+"$bin" receipt show receipt.json --format text
 
 echo "== 4. verify the receipt against the goal (reads the products back)" >&2
 "$bin" verify --goal goal.json --receipt receipt.json --trust state/runner.pub --state-dir state

@@ -221,7 +221,9 @@ EXAMPLES:
   # once: an approver key (keep .key private; run --trust takes the .pub)
   governed-exec keygen --out approver
   # approve `cargo test -q` in this checkout, 3 uses within 1 hour; the write
-  # scope keeps the runner key out of the child's reach, so receipts verify
+  # scope keeps the runner key out of the child's reach, so receipts verify.
+  # This is the system's cargo (/usr/bin, the child's clean PATH); a rustup
+  # cargo needs its toolchain's path: docs/GUIDE.md, Toolchains
   governed-exec approve --goal goal.json --workspace . --manifest manifest.json \\
       --key approver.key --ttl 1h --uses 3 --fs-write-scope -- cargo test -q
   # as root, for a CI runner uid: the child runs as uid 1000
